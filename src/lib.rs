@@ -1,1 +1,107 @@
-//! zkfence
+//! Distributed locks and leader election on Apache ZooKeeper: queue-fair, fenced,
+//! session-tied.
+//!
+//! Processes on different machines use zkfence for mutual exclusion over a shared resource
+//! (a payment write, a seat hold, a cron job) and to elect one leader (a job scheduler).
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use zkfence::{Fence, LeaseState, Session, SessionOptions};
+//!
+//! # #[tokio::main] async fn main() -> zkfence::Result<()> {
+//! let session = Session::connect(
+//!     "127.0.0.1:2181,127.0.0.1:2182,127.0.0.1:2183",
+//!     SessionOptions::new().session_timeout(Duration::from_secs(10)),
+//! ).await?;
+//!
+//! // The resource keeps a Fence and checks every writer's token.
+//! let fence = Fence::new();
+//!
+//! let lease = session.lock("/locks/seat-42").with_id("booking-7").acquire().await?;
+//! if lease.state() != LeaseState::Held {
+//!     return Ok(()); // suspended or lost: do not act
+//! }
+//! fence.admit(lease.token()).expect("we hold the newest token");
+//! // ... write, passing lease.token() along ...
+//! lease.release().await?;
+//! # Ok(()) }
+//! ```
+//!
+//! # How it works
+//!
+//! Each contender creates an ephemeral sequential node under the lock's directory and watches
+//! only the node just ahead of it: a release wakes exactly one waiter, and the queue is
+//! first-come, first-served. The node lives as long as the contender's ZooKeeper session, so a
+//! crashed holder's lock frees itself after the session timeout, and the ensemble (a quorum of
+//! servers) survives losing a minority of its members. The node's sequence number is the
+//! [`FencingToken`].
+//!
+//! # The safety model
+//!
+//! - **What the lock service guarantees.** A [`Lease`] is reported
+//!   [`Lost`](LeaseState::Lost) *before* the ensemble can give the lock to anyone else: the
+//!   [`Session`] keeps a lease clock (`valid_until` = send time of the last answered request +
+//!   session timeout − margin) which runs out before the server can expire the session. A
+//!   disconnection alone does not lose the lock: the lease is
+//!   [`Suspended`](LeaseState::Suspended) and returns to `Held` if the client reconnects in
+//!   time.
+//! - **What it cannot guarantee.** A process that stalls (a GC pause, a frozen VM) between
+//!   checking its lease and writing can write after the lease ended. No lock service can
+//!   prevent that.
+//! - **What the resource must do.** Check the token: remember the newest token seen and
+//!   refuse older ones ([`Fence`] does exactly that). Tokens of one lock strictly grow with
+//!   each grant. For data kept in ZooKeeper itself, [`Lease::fenced_write`] makes the
+//!   ensemble refuse the write unless our node still exists.
+//!
+//! # Logging
+//!
+//! Operators see `tracing` events at `info` for *enqueued*, *queued* (position), *waiting on
+//! predecessor*, *granted*, *released*, session state changes, and at `warn` for *lease lost*
+//! and a lapsed lease clock, inside a `zkfence.acquire` span naming the lock directory.
+
+#![warn(missing_docs)]
+
+mod election;
+mod error;
+mod fence;
+mod lock;
+mod node;
+mod queue;
+mod session;
+
+pub use election::{Election, LeaderChanges, LeaderInfo, LeaderTask, Leadership};
+pub use error::{Error, Result};
+pub use fence::{Fence, StaleToken};
+pub use lock::{FencedOp, FencingToken, Lease, LeaseState, Lock, LossReason};
+pub use node::{NodeFormat, OwnerInfo};
+pub use queue::Contender;
+pub use session::{Session, SessionMetrics, SessionOptions, SessionState};
+
+/// Re-export of the underlying client crate, for [`Session::client`] and ACL types.
+pub use zookeeper_client;
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn bounds() {
+        fn send_sync<T: Send + Sync + 'static>() {}
+        fn send<T: Send>(_: &T) {}
+        send_sync::<crate::Session>();
+        send_sync::<crate::Lease>();
+        send_sync::<crate::Lock>();
+        send_sync::<crate::Election>();
+        send_sync::<crate::Leadership>();
+        send_sync::<crate::Fence>();
+        #[allow(unreachable_code, clippy::diverging_sub_expression)]
+        fn futures_are_send(lock: &crate::Lock, lease: crate::Lease, election: &crate::Election) {
+            send(&lock.acquire());
+            send(&lock.try_acquire());
+            send(&lock.acquire_timeout(std::time::Duration::ZERO));
+            send(&lease.lost());
+            send(&lease.renew());
+            send(&lease.release());
+            send(&election.campaign("x"));
+        }
+        let _ = futures_are_send;
+    }
+}

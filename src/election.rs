@@ -1,0 +1,290 @@
+//! Leader election: the lock's queue, seen from the candidates' side.
+//!
+//! # Election or lock?
+//!
+//! Both are the same queue (one node per contender, the head holds). The difference is use:
+//! a [`Lock`](crate::Lock) is taken for a piece of work and released after it; an election
+//! is joined for the life of a process, its head *is* the leader until it dies or resigns,
+//! and everyone else may ask who leads ([`Election::leader`]) or follow the changes
+//! ([`Election::observe`]). The leadership token fences the leader's writes exactly like a
+//! lock's.
+
+use std::future::Future;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use zookeeper_client as zk;
+
+use crate::error::{Error, Result};
+use crate::lock::{Claim, FencingToken, LeaseState, LossReason};
+use crate::node::{self, NodeFormat, OwnerInfo};
+use crate::queue::{self, Queue};
+use crate::session::Session;
+use crate::Lease;
+
+/// A leader election under the directory `path`. Made by [`Session::election`].
+///
+/// ```no_run
+/// # async fn f(session: zkfence::Session) -> zkfence::Result<()> {
+/// let election = session.election("/election/scheduler");
+/// let leadership = election.campaign("node-a").await?;
+/// println!("leading with token {}", leadership.token());
+/// tokio::select! {
+///     reason = leadership.lost() => eprintln!("lost leadership: {reason}"),
+///     _ = tokio::signal::ctrl_c() => leadership.resign().await?,
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Election {
+    session: Session,
+    path: String,
+}
+
+impl std::fmt::Debug for Election {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Election").field("path", &self.path).finish()
+    }
+}
+
+/// The current leader of an election, as others see it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaderInfo {
+    /// The candidate id given to [`Election::campaign`] (or what another client stored).
+    pub id: Option<String>,
+    /// The leader's node.
+    pub node: String,
+    /// The leadership's fencing token.
+    pub token: FencingToken,
+    /// The leader's ZooKeeper session.
+    pub session_id: i64,
+    /// The owner data of the leader's node.
+    pub owner: OwnerInfo,
+}
+
+/// Being the leader. The guard of [`Election::campaign`]: dropping it resigns.
+#[must_use = "if unused the leadership is given up at once"]
+#[derive(Debug)]
+pub struct Leadership {
+    lease: Lease,
+    id: String,
+}
+
+impl Leadership {
+    /// This leadership's fencing token: larger than every earlier leader's.
+    pub fn token(&self) -> FencingToken {
+        self.lease.token()
+    }
+
+    /// The candidate id we campaigned with.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// Where the leadership stands; see [`Lease::state`].
+    pub fn state(&self) -> LeaseState {
+        self.lease.state()
+    }
+
+    /// Resolves when leadership is lost, before any other candidate can be elected.
+    pub async fn lost(&self) -> LossReason {
+        self.lease.lost().await
+    }
+
+    /// Hands leadership to the next candidate in line and waits until the ensemble has it.
+    pub async fn resign(self) -> Result<()> {
+        tracing::info!(id = %self.id, token = %self.token(), "resigning leadership");
+        self.lease.release().await
+    }
+
+    /// The underlying lease, e.g. for [`Lease::fenced_write`].
+    pub fn lease(&self) -> &Lease {
+        &self.lease
+    }
+}
+
+/// Work done only while leading, for [`Election::run`].
+///
+/// `lead` is called each time this candidate becomes leader. When leadership is lost, the
+/// future is dropped (cancelled) at its next await point; when `lead` returns, leadership is
+/// given up and the candidate queues again.
+///
+/// ```
+/// use zkfence::{LeaderTask, Leadership};
+/// struct Scheduler;
+/// #[async_trait::async_trait]
+/// impl LeaderTask for Scheduler {
+///     async fn lead(&mut self, leadership: Leadership) -> zkfence::Result<()> {
+///         loop {
+///             // run due jobs, passing leadership.token() to every write
+///             tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+///         }
+///     }
+/// }
+/// ```
+#[async_trait::async_trait]
+pub trait LeaderTask: Send {
+    /// Leads until done, or until cancelled by the loss of leadership.
+    async fn lead(&mut self, leadership: Leadership) -> Result<()>;
+}
+
+impl Election {
+    pub(crate) fn new(session: Session, path: &str) -> Election {
+        Election { session, path: path.to_string() }
+    }
+
+    /// The election directory.
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+
+    fn queue(&self, id: &str) -> Queue {
+        Queue::new(self.session.clone(), &self.path, NodeFormat::Curator, &OwnerInfo::for_this_process(Some(id)))
+    }
+
+    /// Joins the election as candidate `id` and waits until it leads.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a dropped campaign leaves no node behind.
+    pub async fn campaign(&self, id: &str) -> Result<Leadership> {
+        let grant = self.queue(id).join(1, None).await?;
+        tracing::info!(election = %self.path, %id, token = grant.sequence, "elected leader");
+        let lease = Lease::new(self.session.clone(), self.path.clone(), grant, Claim::none());
+        Ok(Leadership { lease, id: id.to_string() })
+    }
+
+    /// The current leader, or `None` if nobody campaigns.
+    pub async fn leader(&self) -> Result<Option<LeaderInfo>> {
+        node::validate_path(&self.path)?;
+        let contenders = queue::list_contenders(self.session.shared(), &self.path).await?;
+        Ok(contenders.into_iter().next().map(|c| LeaderInfo {
+            id: c.owner.id.clone(),
+            node: c.node,
+            token: c.token,
+            session_id: c.session_id,
+            owner: c.owner,
+        }))
+    }
+
+    /// Follows leader changes: the first item is the leader now, then one item per change
+    /// (`None` when nobody leads). Every observer is woken by every change of the candidate
+    /// list, so keep observers few; a leadership shorter than one round trip may be skipped,
+    /// but the order is that of the elections (tokens only grow).
+    pub fn observe(&self) -> LeaderChanges {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let shared = self.session.shared().clone();
+        let path = self.path.clone();
+        let task = tokio::spawn(async move {
+            let mut last: Option<Option<String>> = None;
+            loop {
+                let watched = queue::retry_read(&shared, "watch", &path, || shared.client.list_and_watch_children(&path));
+                let (head, watcher) = match watched.await {
+                    Ok((children, watcher)) => (node::queue_order(children).into_iter().next(), Some(watcher)),
+                    Err(Error::ZooKeeper { source: zk::Error::NoNode, .. }) => (None, None),
+                    Err(err) => {
+                        let _ = tx.send(Err(err));
+                        return;
+                    }
+                };
+                let head_name = head.map(|(_, name)| name);
+                if last.as_ref() != Some(&head_name) {
+                    let info = match &head_name {
+                        None => None,
+                        Some(name) => read_leader(&shared, &path, name).await,
+                    };
+                    // The head may have left before we read it: then just look again.
+                    if head_name.is_none() || info.is_some() {
+                        if tx.send(Ok(info)).is_err() {
+                            return;
+                        }
+                        last = Some(head_name);
+                    }
+                }
+                match watcher {
+                    Some(watcher) => {
+                        let event = watcher.changed().await;
+                        if event.event_type == zk::EventType::Session {
+                            let _ = tx.send(Err(Error::SessionExpired));
+                            return;
+                        }
+                    }
+                    // No directory yet: poll until a candidate creates it.
+                    None => tokio::time::sleep(Duration::from_millis(200)).await,
+                }
+            }
+        });
+        LeaderChanges { rx, task }
+    }
+
+    /// Campaigns as `id` and runs `task` while leading, until `shutdown` resolves.
+    ///
+    /// When leadership is lost, `lead` is cancelled and the candidate queues again; when
+    /// `lead` returns `Ok`, leadership is handed on and the candidate queues again (Curator's
+    /// `LeaderSelector` with auto-requeue). Returns `Ok` on shutdown (resigning first), or the
+    /// error that ended the session or that `lead` returned.
+    pub async fn run<T: LeaderTask>(&self, id: &str, task: &mut T, shutdown: impl Future<Output = ()>) -> Result<()> {
+        tokio::pin!(shutdown);
+        loop {
+            let leadership = tokio::select! {
+                _ = &mut shutdown => return Ok(()),
+                leadership = self.campaign(id) => leadership?,
+            };
+            let watch = leadership.lease.loss_watch();
+            let token = leadership.token();
+            tokio::select! {
+                _ = &mut shutdown => {
+                    tracing::info!(%id, %token, "shutting down: resigning");
+                    // `lead` is dropped here, which drops the Leadership and releases it.
+                    return Ok(());
+                }
+                reason = watch.lost() => {
+                    tracing::warn!(%id, %token, %reason, "leadership lost: cancelling the leader task");
+                    if reason.is_session_terminal() {
+                        return Err(match reason {
+                            LossReason::SessionExpired => Error::SessionExpired,
+                            _ => Error::SessionClosed,
+                        });
+                    }
+                }
+                result = task.lead(leadership) => {
+                    result?;
+                    tracing::info!(%id, %token, "leader task finished: leadership handed on, queueing again");
+                }
+            }
+        }
+    }
+}
+
+async fn read_leader(shared: &crate::session::Shared, dir: &str, name: &str) -> Option<LeaderInfo> {
+    let node = format!("{dir}/{name}");
+    let (data, stat) = queue::retry_read(shared, "read", &node, || shared.client.get_data(&node)).await.ok()?;
+    let owner = OwnerInfo::decode(&data);
+    Some(LeaderInfo {
+        id: owner.id.clone(),
+        token: FencingToken::from_sequence(node::sequence_of(name)?),
+        node,
+        session_id: stat.ephemeral_owner,
+        owner,
+    })
+}
+
+/// The stream of leader changes from [`Election::observe`]. Dropping it stops observing.
+#[derive(Debug)]
+pub struct LeaderChanges {
+    rx: mpsc::UnboundedReceiver<Result<Option<LeaderInfo>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl LeaderChanges {
+    /// The next leader change: `Some(Ok(None))` means nobody leads. `None` after an error
+    /// was delivered (e.g. the session expired).
+    pub async fn next(&mut self) -> Option<Result<Option<LeaderInfo>>> {
+        self.rx.recv().await
+    }
+}
+
+impl Drop for LeaderChanges {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}

@@ -1,0 +1,219 @@
+//! The one error type of zkfence.
+//!
+//! Every variant says what happened and what the caller should do next: retry, rebuild the
+//! [`Session`](crate::Session), fix the input, or stop acting as the lock holder.
+
+use std::time::Duration;
+
+use crate::lock::LossReason;
+
+/// Shorthand for `Result<T, zkfence::Error>`.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Errors returned by zkfence.
+///
+/// The enum is `#[non_exhaustive]`: match the variants you act on and treat the rest as fatal
+/// for the operation at hand. [`Error::is_session_terminal`] groups the variants after which
+/// the `Session` is useless and a new one must be connected.
+///
+/// ```
+/// # fn handle(err: zkfence::Error) {
+/// match err {
+///     zkfence::Error::Timeout { .. } => { /* not now: try again later */ }
+///     e if e.is_session_terminal() => { /* connect a new Session */ }
+///     e => eprintln!("{e}"),
+/// }
+/// # }
+/// ```
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A lock or election path is not a valid absolute ZooKeeper path.
+    #[error("invalid path {path:?}: {reason}; use an absolute path such as \"/locks/seat-42\"")]
+    InvalidPath {
+        /// The path as given.
+        path: String,
+        /// Why it was rejected.
+        reason: &'static str,
+    },
+
+    /// The connect string could not be parsed.
+    #[error("invalid connect string {connect:?}: {reason}; expected \"host:port[,host:port...][/chroot]\"")]
+    InvalidConnectString {
+        /// The connect string as given.
+        connect: String,
+        /// Why it was rejected.
+        reason: String,
+    },
+
+    /// No server of the ensemble answered within the connect timeout.
+    #[error(
+        "could not reach any ZooKeeper server of {connect:?} within {timeout:?} ({reason}); \
+         check that the ensemble runs and that this host can reach it"
+    )]
+    Unreachable {
+        /// The connect string.
+        connect: String,
+        /// The connect timeout that passed.
+        timeout: Duration,
+        /// The client library's reason.
+        reason: String,
+    },
+
+    /// The chroot of the connect string does not exist on the ensemble.
+    #[error(
+        "the chroot {chroot:?} does not exist on the ensemble; create it first \
+         (e.g. `zkCli.sh create {chroot}`) or drop it from the connect string"
+    )]
+    ChrootMissing {
+        /// The chroot path.
+        chroot: String,
+    },
+
+    /// Authentication was rejected by the ensemble.
+    #[error("ZooKeeper rejected the session's credentials; check the scheme and secret given to SessionOptions::auth")]
+    AuthFailed,
+
+    /// An ACL denies this session an operation.
+    #[error(
+        "access denied: the ACL of {path:?} does not allow this session to {operation}; \
+         authenticate with SessionOptions::auth or grant the permission on the node"
+    )]
+    NoAuth {
+        /// The node whose ACL denied the operation.
+        path: String,
+        /// What was attempted (`create`, `delete`, `read`).
+        operation: &'static str,
+    },
+
+    /// The ZooKeeper session expired: every lock and leadership it held is released.
+    #[error("the ZooKeeper session expired, which released every lock it held; connect a new Session")]
+    SessionExpired,
+
+    /// The session was closed by [`Session::close`](crate::Session::close) or dropped.
+    #[error("the ZooKeeper session is closed; connect a new Session")]
+    SessionClosed,
+
+    /// `acquire_timeout` gave up. The waiter's node has been removed; nothing is held.
+    #[error(
+        "timed out after {waited:?} waiting for {path}: {} waiting ahead of us{}; nothing was acquired, try again later",
+        ahead,
+        holder.as_ref().map(|h| format!(", held by {h}")).unwrap_or_default()
+    )]
+    Timeout {
+        /// The lock directory.
+        path: String,
+        /// How long the acquire waited.
+        waited: Duration,
+        /// How many contenders were ahead of us at the last look (the holder included).
+        ahead: usize,
+        /// The holder at the last look: its node name and owner id, if known.
+        holder: Option<String>,
+    },
+
+    /// This `Lock` handle already holds the lock or is acquiring it.
+    #[error(
+        "this Lock handle for {path} already holds or is acquiring the lock; release the Lease first, \
+         or make a second handle with Session::lock to queue behind it"
+    )]
+    AlreadyHeld {
+        /// The lock directory.
+        path: String,
+    },
+
+    /// The lease was lost: stop acting as the holder.
+    #[error("the lease on {path} is lost ({reason}); stop acting as the holder and acquire again")]
+    LockLost {
+        /// The lock directory.
+        path: String,
+        /// Why the lease ended.
+        reason: LossReason,
+    },
+
+    /// Our queue node disappeared while we waited (deleted by someone else, or the lock
+    /// directory was removed).
+    #[error("our queue node {node} was deleted by someone else while waiting; nothing is held, acquire again")]
+    NodeDeleted {
+        /// Full path of the node that vanished.
+        node: String,
+    },
+
+    /// The ensemble did not answer for longer than the session timeout.
+    #[error(
+        "no ZooKeeper server answered for {waited:?} (the session timeout) during {operation} on {path}; \
+         the session may be expiring: check connectivity and retry"
+    )]
+    Unavailable {
+        /// What was attempted.
+        operation: &'static str,
+        /// The node involved.
+        path: String,
+        /// How long we waited.
+        waited: Duration,
+    },
+
+    /// A fenced write's operation failed after the ownership check passed.
+    #[error("fenced write on {path} failed at operation {index}: {source}")]
+    FencedWriteFailed {
+        /// The lock directory.
+        path: String,
+        /// Index of the failing operation among those given.
+        index: usize,
+        /// The ZooKeeper error.
+        source: zookeeper_client::Error,
+    },
+
+    /// Any other ZooKeeper error, with the operation and node it concerned.
+    #[error("ZooKeeper {operation} on {path} failed: {source}")]
+    ZooKeeper {
+        /// What was attempted.
+        operation: &'static str,
+        /// The node involved.
+        path: String,
+        /// The client library's error.
+        source: zookeeper_client::Error,
+    },
+}
+
+impl Error {
+    /// True when the session can no longer be used: connect a new [`Session`](crate::Session).
+    pub fn is_session_terminal(&self) -> bool {
+        matches!(self, Error::SessionExpired | Error::SessionClosed | Error::AuthFailed)
+            || matches!(self, Error::LockLost { reason, .. } if reason.is_session_terminal())
+    }
+
+    /// Maps a client error for `operation` on `path`, turning the errors callers act on into
+    /// their own variants.
+    pub(crate) fn zk(operation: &'static str, path: &str, source: zookeeper_client::Error) -> Error {
+        use zookeeper_client::Error as Zk;
+        match source {
+            Zk::SessionExpired => Error::SessionExpired,
+            Zk::ClientClosed => Error::SessionClosed,
+            Zk::AuthFailed => Error::AuthFailed,
+            Zk::NoAuth => Error::NoAuth { path: path.to_string(), operation },
+            source => Error::ZooKeeper { operation, path: path.to_string(), source },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bounds() {
+        fn is_send_sync<T: Send + Sync + 'static>() {}
+        is_send_sync::<Error>();
+    }
+
+    #[test]
+    fn messages_say_what_to_do() {
+        let e = Error::InvalidPath { path: "locks".into(), reason: "it must start with '/'" };
+        assert!(e.to_string().contains("use an absolute path"));
+        let e = Error::Timeout { path: "/l".into(), waited: Duration::from_secs(1), ahead: 2, holder: Some("n1".into()) };
+        let s = e.to_string();
+        assert!(s.contains("2 waiting ahead") && s.contains("held by n1") && s.contains("try again"), "{s}");
+        assert!(Error::SessionExpired.is_session_terminal());
+        assert!(!e.is_session_terminal());
+    }
+}

@@ -1,0 +1,249 @@
+//! Queue node names: the formats we write, how any contender's name is ordered, and the
+//! owner metadata stored as node data.
+
+use std::fmt;
+
+use crate::error::{Error, Result};
+
+/// The layout of the queue nodes zkfence creates.
+///
+/// Ordering never depends on the format: every child whose name ends in a ten-character
+/// sequence number is a contender, ordered by that number. So a queue may mix formats, and
+/// other clients that order by sequence see the same order we do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum NodeFormat {
+    /// `_c_{uuid}-lock-{seq}`: Apache Curator's `InterProcessMutex` layout, also
+    /// `zookeeper-client`'s curator prefix. The default.
+    #[default]
+    Curator,
+    /// `{32 hex digits}__lock__{seq}`: what Python Kazoo's `Lock` writes and recognises.
+    Kazoo,
+}
+
+impl NodeFormat {
+    /// The node name prefix (before the server-appended sequence) for a contender `uuid`.
+    pub(crate) fn prefix(self, uuid: &uuid::Uuid) -> String {
+        match self {
+            NodeFormat::Curator => format!("_c_{}-lock-", uuid.hyphenated()),
+            NodeFormat::Kazoo => format!("{}__lock__", uuid.simple()),
+        }
+    }
+
+    /// The part of the prefix that identifies one contender, used to find our node again
+    /// after a create whose outcome is unknown.
+    pub(crate) fn marker(self, uuid: &uuid::Uuid) -> String {
+        match self {
+            NodeFormat::Curator => format!("_c_{}-", uuid.hyphenated()),
+            NodeFormat::Kazoo => format!("{}__", uuid.simple()),
+        }
+    }
+}
+
+impl std::str::FromStr for NodeFormat {
+    type Err = String;
+
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "curator" => Ok(NodeFormat::Curator),
+            "kazoo" => Ok(NodeFormat::Kazoo),
+            other => Err(format!("unknown node format {other:?}: expected \"curator\" or \"kazoo\"")),
+        }
+    }
+}
+
+/// The sequence number at the end of a contender's name, if it has one.
+///
+/// ZooKeeper appends the parent's child counter as `%010d`: ten characters, with a leading
+/// `-` once the signed 32-bit counter has wrapped.
+pub(crate) fn sequence_of(name: &str) -> Option<i64> {
+    let tail = name.get(name.len().checked_sub(10)?..)?;
+    let digits = tail.strip_prefix('-').unwrap_or(tail);
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    tail.parse::<i32>().ok().map(i64::from)
+}
+
+/// Keeps the children that are contenders and sorts them into queue order.
+pub(crate) fn queue_order(children: Vec<String>) -> Vec<(i64, String)> {
+    let mut queue: Vec<(i64, String)> =
+        children.into_iter().filter_map(|name| sequence_of(&name).map(|seq| (seq, name))).collect();
+    queue.sort();
+    queue
+}
+
+/// Checks that `path` is an absolute ZooKeeper node path that can hold a queue.
+pub(crate) fn validate_path(path: &str) -> Result<()> {
+    let reason = if path.is_empty() {
+        Some("it is empty")
+    } else if !path.starts_with('/') {
+        Some("it must start with '/'")
+    } else if path == "/" {
+        Some("the root cannot be a lock directory")
+    } else if path.ends_with('/') {
+        Some("it must not end with '/'")
+    } else if path.contains("//") {
+        Some("it contains an empty segment (\"//\")")
+    } else if path.contains('\0') {
+        Some("it contains a NUL character")
+    } else if path.split('/').any(|s| s == "." || s == "..") {
+        Some("'.' and '..' segments are not allowed")
+    } else if path.len() > 1024 {
+        Some("it is longer than 1024 bytes")
+    } else if path.chars().any(|c| ('\u{1}'..='\u{1f}').contains(&c) || ('\u{7f}'..='\u{9f}').contains(&c)) {
+        Some("it contains a control character")
+    } else if path.split('/').any(|s| s == "zookeeper") && path.starts_with("/zookeeper") {
+        Some("/zookeeper is reserved by ZooKeeper")
+    } else {
+        None
+    };
+    match reason {
+        Some(reason) => Err(Error::InvalidPath { path: path.to_string(), reason }),
+        None => Ok(()),
+    }
+}
+
+/// Who created a queue node: stored as the node's data so `status` can show it.
+///
+/// Stored as `key=value` lines (`id`, `host`, `pid`, `at` in Unix milliseconds). Data written
+/// by other clients (Kazoo stores its identifier, Curator the client's IP address) is kept in
+/// [`OwnerInfo::raw`] and shown as the id when it is printable.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct OwnerInfo {
+    /// The contender's id (`--id` in the CLI, the candidate id in an election).
+    pub id: Option<String>,
+    /// Host name of the owning process.
+    pub host: Option<String>,
+    /// Process id of the owning process.
+    pub pid: Option<u32>,
+    /// When the node was created, in Unix milliseconds, by the owner's clock.
+    pub enqueued_at_ms: Option<u64>,
+    /// The node's raw data.
+    pub raw: Vec<u8>,
+}
+
+impl OwnerInfo {
+    /// Owner data for this process with the given id.
+    pub(crate) fn for_this_process(id: Option<&str>) -> OwnerInfo {
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .ok()
+            .map(|h| h.trim().to_string())
+            .or_else(|| std::env::var("HOSTNAME").ok())
+            .filter(|h| !h.is_empty());
+        let at = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .ok();
+        OwnerInfo { id: id.map(str::to_string), host, pid: Some(std::process::id()), enqueued_at_ms: at, raw: vec![] }
+    }
+
+    /// Serialises to the node data format.
+    pub(crate) fn encode(&self) -> Vec<u8> {
+        let mut out = String::new();
+        let clean = |s: &str| s.replace(['\n', '\r'], " ");
+        if let Some(id) = &self.id {
+            out.push_str(&format!("id={}\n", clean(id)));
+        }
+        if let Some(host) = &self.host {
+            out.push_str(&format!("host={}\n", clean(host)));
+        }
+        if let Some(pid) = self.pid {
+            out.push_str(&format!("pid={pid}\n"));
+        }
+        if let Some(at) = self.enqueued_at_ms {
+            out.push_str(&format!("at={at}\n"));
+        }
+        out.into_bytes()
+    }
+
+    /// Parses node data written by us or by another client.
+    pub fn decode(data: &[u8]) -> OwnerInfo {
+        let mut info = OwnerInfo { raw: data.to_vec(), ..OwnerInfo::default() };
+        let Ok(text) = std::str::from_utf8(data) else { return info };
+        let mut ours = false;
+        for line in text.lines() {
+            if let Some((k, v)) = line.split_once('=') {
+                ours = true;
+                match k {
+                    "id" => info.id = Some(v.to_string()),
+                    "host" => info.host = Some(v.to_string()),
+                    "pid" => info.pid = v.parse().ok(),
+                    "at" => info.enqueued_at_ms = v.parse().ok(),
+                    _ => {}
+                }
+            }
+        }
+        if !ours && !text.is_empty() && !text.chars().any(char::is_control) {
+            info.id = Some(text.to_string());
+        }
+        info
+    }
+}
+
+impl fmt::Display for OwnerInfo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let id = self.id.as_deref().unwrap_or("?");
+        write!(f, "{id}")?;
+        match (&self.host, self.pid) {
+            (Some(h), Some(p)) => write!(f, " ({h}, pid {p})"),
+            (Some(h), None) => write!(f, " ({h})"),
+            (None, Some(p)) => write!(f, " (pid {p})"),
+            (None, None) => Ok(()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sequences() {
+        assert_eq!(sequence_of("_c_abc-lock-0000000042"), Some(42));
+        assert_eq!(sequence_of("0123456789abcdef0123456789abcdef__lock__0000000007"), Some(7));
+        assert_eq!(sequence_of("x-0000000005"), Some(-5));
+        assert_eq!(sequence_of("lock-2147483647"), Some(i32::MAX as i64));
+        assert_eq!(sequence_of("notes"), None);
+        assert_eq!(sequence_of("000000001"), None);
+        assert_eq!(sequence_of("abc-lock-00000000x1"), None);
+    }
+
+    #[test]
+    fn mixed_formats_order_by_sequence() {
+        let q = queue_order(vec![
+            "abc__lock__0000000003".into(),
+            "_c_u-lock-0000000001".into(),
+            "junk".into(),
+            "foreign-0000000002".into(),
+        ]);
+        let names: Vec<_> = q.iter().map(|(_, n)| n.as_str()).collect();
+        assert_eq!(names, ["_c_u-lock-0000000001", "foreign-0000000002", "abc__lock__0000000003"]);
+    }
+
+    #[test]
+    fn formats_match_peers() {
+        let u = uuid::Uuid::nil();
+        assert_eq!(NodeFormat::Curator.prefix(&u), "_c_00000000-0000-0000-0000-000000000000-lock-");
+        assert_eq!(NodeFormat::Kazoo.prefix(&u), "00000000000000000000000000000000__lock__");
+        assert!(NodeFormat::Kazoo.prefix(&u).starts_with(&NodeFormat::Kazoo.marker(&u)));
+    }
+
+    #[test]
+    fn paths() {
+        for bad in ["", "locks", "/", "/a/", "//a", "/a//b", "/a\0b", "/a/../b", "/zookeeper/x"] {
+            assert!(validate_path(bad).is_err(), "{bad:?} should be rejected");
+        }
+        assert!(validate_path(&format!("/{}", "a".repeat(1100))).is_err());
+        for good in ["/a", "/locks/seat-42", "/zookeeperish"] {
+            validate_path(good).unwrap();
+        }
+    }
+
+    #[test]
+    fn owner_round_trip() {
+        let o = OwnerInfo { id: Some("node-a".into()), host: Some("h".into()), pid: Some(7), enqueued_at_ms: Some(5), raw: vec![] };
+        let d = OwnerInfo::decode(&o.encode());
+        assert_eq!((d.id, d.host, d.pid, d.enqueued_at_ms), (o.id, o.host, o.pid, o.enqueued_at_ms));
+        assert_eq!(OwnerInfo::decode(b"kazoo-ident").id.as_deref(), Some("kazoo-ident"));
+    }
+}
