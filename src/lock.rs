@@ -164,6 +164,14 @@ impl Lock {
         &self.queue.dir
     }
 
+    /// Test hook: use this contender uuid instead of a fresh one per acquire, to provoke a
+    /// collision with another session's node. Not part of the API.
+    #[doc(hidden)]
+    pub fn __with_contender_uuid(mut self, uuid: uuid::Uuid) -> Self {
+        self.queue.uuid = Some(uuid);
+        self
+    }
+
     fn claim(&self) -> Result<Claim> {
         if self.busy.swap(true, Ordering::AcqRel) {
             return Err(Error::AlreadyHeld { path: self.queue.dir.clone() });

@@ -42,6 +42,8 @@ pub(crate) struct Queue {
     pub(crate) dir: String,
     pub(crate) format: NodeFormat,
     pub(crate) data: Vec<u8>,
+    /// Fixed contender uuid, for tests that need a collision; normally a fresh one per join.
+    pub(crate) uuid: Option<uuid::Uuid>,
 }
 
 /// Our node, granted.
@@ -178,7 +180,7 @@ where
 
 impl Queue {
     pub(crate) fn new(session: Session, dir: &str, format: NodeFormat, owner: &OwnerInfo) -> Queue {
-        Queue { session, dir: dir.to_string(), format, data: owner.encode() }
+        Queue { session, dir: dir.to_string(), format, data: owner.encode(), uuid: None }
     }
 
     fn shared(&self) -> &Arc<Shared> {
@@ -191,7 +193,7 @@ impl Queue {
     /// when `deadline` passes, the node is removed before this returns.
     pub(crate) async fn join(&self, permits: usize, deadline: Option<Instant>) -> Result<Grant> {
         node::validate_path(&self.dir)?;
-        let uuid = uuid::Uuid::new_v4();
+        let uuid = self.uuid.unwrap_or_else(uuid::Uuid::new_v4);
         let shared = self.shared().clone();
         let mut pending = Pending {
             shared,
@@ -235,11 +237,13 @@ impl Queue {
         // A read first: when the lock is taken we answer without writing anything.
         let shared = self.shared();
         match retry_read(shared, "list", &self.dir, || shared.client.list_children(&self.dir)).await {
-            Ok(children) if node::queue_order(children.clone()).len() >= permits => return Ok(None),
+            Ok(children) if children.iter().filter(|c| node::sequence_of(c).is_some()).count() >= permits => {
+                return Ok(None)
+            }
             Ok(_) | Err(Error::ZooKeeper { source: zk::Error::NoNode, .. }) => {}
             Err(err) => return Err(err),
         }
-        let uuid = uuid::Uuid::new_v4();
+        let uuid = self.uuid.unwrap_or_else(uuid::Uuid::new_v4);
         let mut pending = Pending {
             shared: shared.clone(),
             dir: self.dir.clone(),

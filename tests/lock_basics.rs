@@ -1,0 +1,412 @@
+//! The lock's behaviour without faults: exclusion, FIFO, no herd, cancellation, fencing,
+//! renewal, and bad input. All on one shared 3-node ensemble, each test under its own path.
+
+mod common;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::*;
+use tokio::sync::mpsc;
+use zkfence::zookeeper_client as zk;
+use zkfence::{Error, FencedOp, Fence, FencingToken, LeaseState, LossReason, Session, SessionOptions};
+
+const T: Duration = Duration::from_secs(4);
+
+async fn session() -> Session {
+    connect(&shared_ensemble().connect_string(), T).await
+}
+
+/// Waits until the lock directory has `n` contenders.
+async fn until_contenders(s: &Session, dir: &str, n: usize) {
+    eventually(Duration::from_secs(10), &format!("{n} contenders under {dir}"), || async {
+        children(s, dir).await.len() == n
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutual_exclusion_under_contention() {
+    let dir = unique_path("mutex");
+    let inside = Arc::new(AtomicUsize::new(0));
+    let max_inside = Arc::new(AtomicUsize::new(0));
+    let grants = Arc::new(Mutex::new(Vec::new()));
+    let mut tasks = vec![];
+    for _ in 0..8 {
+        let s = session().await;
+        let (dir, inside, max_inside, grants) = (dir.clone(), inside.clone(), max_inside.clone(), grants.clone());
+        tasks.push(tokio::spawn(async move {
+            let lock = s.lock(&dir);
+            for _ in 0..50 {
+                let lease = lock.acquire().await.unwrap();
+                let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
+                max_inside.fetch_max(now, Ordering::SeqCst);
+                grants.lock().unwrap().push(lease.token());
+                tokio::task::yield_now().await;
+                inside.fetch_sub(1, Ordering::SeqCst);
+                lease.release().await.unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    assert_eq!(max_inside.load(Ordering::SeqCst), 1, "two holders were inside at once");
+    let grants = grants.lock().unwrap();
+    assert_eq!(grants.len(), 400);
+    assert!(grants.windows(2).all(|w| w[0] < w[1]), "tokens must strictly increase in grant order");
+}
+
+#[tokio::test]
+async fn waiters_are_granted_in_enqueue_order() {
+    let dir = unique_path("fifo");
+    let observer = session().await;
+    let holder = observer.lock(&dir).acquire().await.unwrap();
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    for i in 0..5 {
+        let s = session().await;
+        let (d, tx) = (dir.clone(), tx.clone());
+        tokio::spawn(async move {
+            let lease = s.lock(&d).acquire().await.unwrap();
+            tx.send((i, lease.token())).unwrap();
+            lease.release().await.unwrap();
+        });
+        // Enqueue one at a time, so the enqueue order is known.
+        until_contenders(&observer, &dir, i + 2).await;
+    }
+    holder.release().await.unwrap();
+    let mut order = vec![];
+    for _ in 0..5 {
+        order.push(rx.recv().await.unwrap());
+    }
+    assert_eq!(order.iter().map(|(i, _)| *i).collect::<Vec<_>>(), vec![0, 1, 2, 3, 4]);
+    assert!(order.windows(2).all(|w| w[0].1 < w[1].1));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_release_wakes_exactly_one_of_100_waiters() {
+    let dir = unique_path("herd");
+    let holder_session = session().await;
+    let holder = holder_session.lock(&dir).acquire().await.unwrap();
+    let sessions: Vec<Session> = futures_join(10).await;
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    for i in 0..100 {
+        let s = sessions[i % 10].clone();
+        let (dir, tx) = (dir.clone(), tx.clone());
+        tokio::spawn(async move {
+            let lease = s.lock(&dir).acquire().await.unwrap();
+            tx.send((i, lease)).unwrap();
+        });
+    }
+    let sum = |f: fn(&zkfence::SessionMetrics) -> u64| sessions.iter().map(|s| f(&s.metrics())).sum::<u64>();
+    eventually(Duration::from_secs(20), "all 100 waiters watching", || async {
+        sessions.iter().map(|s| s.metrics().watches).sum::<u64>() >= 100
+    })
+    .await;
+    let (wakeups, listings) = (sum(|m| m.wakeups), sum(|m| m.listings));
+    assert_eq!(wakeups, 0);
+
+    holder.release().await.unwrap();
+    let (_, first) = rx.recv().await.unwrap();
+    // Let any stray notification arrive: a sync on each session is answered after every
+    // notification the delete caused on that session's server.
+    holder_session.client().sync("/").await.unwrap();
+    for s in &sessions {
+        s.client().sync("/").await.unwrap();
+    }
+    assert_eq!(sum(|m| m.wakeups) - wakeups, 1, "one release must wake exactly one waiter");
+    assert_eq!(sum(|m| m.listings) - listings, 0, "the woken waiter was next in line: no re-listing");
+
+    // The second release, too. Its waiter was third when it listed, so it cannot tell a
+    // release from an abandoned wait ahead of it and lists once more — it alone.
+    let (wakeups, listings) = (sum(|m| m.wakeups), sum(|m| m.listings));
+    first.release().await.unwrap();
+    let (_, second) = rx.recv().await.unwrap();
+    for s in &sessions {
+        s.client().sync("/").await.unwrap();
+    }
+    assert_eq!(sum(|m| m.wakeups) - wakeups, 1, "one release must wake exactly one waiter");
+    assert_eq!(sum(|m| m.listings) - listings, 1, "only the woken waiter lists again");
+    drop(second);
+    // Drain: every waiter is granted in turn.
+    for _ in 0..98 {
+        let (_, lease) = rx.recv().await.unwrap();
+        lease.release().await.unwrap();
+    }
+}
+
+async fn futures_join(n: usize) -> Vec<Session> {
+    let mut out = vec![];
+    for _ in 0..n {
+        out.push(session().await);
+    }
+    out
+}
+
+#[tokio::test]
+async fn a_waiter_leaving_the_middle_does_not_let_the_next_one_in() {
+    let dir = unique_path("middle");
+    let s = session().await;
+    let holder = s.lock(&dir).acquire().await.unwrap();
+    let (w1s, w2s, w3s) = (session().await, session().await, session().await);
+    let d = dir.clone();
+    let w1 = tokio::spawn(async move { w1s.lock(&d).acquire().await.unwrap() });
+    until_contenders(&s, &dir, 2).await;
+    let d = dir.clone();
+    let w2 = tokio::spawn(async move { w2s.lock(&d).acquire().await });
+    until_contenders(&s, &dir, 3).await;
+    let d = dir.clone();
+    let w3_session = w3s.clone();
+    let w3 = tokio::spawn(async move { w3s.lock(&d).acquire().await.unwrap() });
+    until_contenders(&s, &dir, 4).await;
+    eventually(Duration::from_secs(5), "w3 watching", || async { w3_session.metrics().watches == 1 }).await;
+
+    w2.abort(); // w2 leaves from the middle
+    until_contenders(&s, &dir, 3).await;
+    // w3 is woken, looks again and watches w1 instead.
+    eventually(Duration::from_secs(5), "w3 re-listed and watches w1", || async {
+        let m = w3_session.metrics();
+        m.wakeups == 1 && m.watches == 2
+    })
+    .await;
+    assert!(!w3.is_finished(), "w3 must not be granted while the holder holds");
+    assert!(!w1.is_finished());
+    holder.release().await.unwrap();
+    let l1 = w1.await.unwrap();
+    assert!(!w3.is_finished(), "w3 must wait for w1");
+    let t1 = l1.token();
+    l1.release().await.unwrap();
+    let l3 = w3.await.unwrap();
+    assert!(l3.token() > t1);
+}
+
+#[tokio::test]
+async fn cancelled_acquires_and_timeouts_leave_no_node() {
+    let dir = unique_path("cancel");
+    let s = session().await;
+    let holder = s.lock(&dir).acquire().await.unwrap();
+    let waiter = session().await;
+
+    // Dropped at once: the create may or may not have been answered yet.
+    for _ in 0..5 {
+        let lock = waiter.lock(&dir);
+        let task = tokio::spawn(async move { lock.acquire().await });
+        task.abort();
+        let _ = task.await;
+    }
+    // Dropped while waiting.
+    let lock = waiter.lock(&dir);
+    let task = tokio::spawn(async move { lock.acquire().await });
+    until_contenders(&s, &dir, 2).await;
+    task.abort();
+    eventually(Duration::from_secs(10), "only the holder remains", || async { children(&s, &dir).await.len() == 1 })
+        .await;
+
+    // A timeout removes the node before it returns.
+    let err = waiter.lock(&dir).acquire_timeout(Duration::from_millis(300)).await.unwrap_err();
+    match &err {
+        Error::Timeout { ahead, holder: Some(h), .. } => {
+            assert_eq!(*ahead, 1);
+            assert!(holder.path().ends_with(h.as_str()));
+        }
+        other => panic!("expected a timeout, got {other}"),
+    }
+    assert_eq!(children(&s, &dir).await.len(), 1, "the timed-out waiter's node must be gone on return");
+    holder.release().await.unwrap();
+    assert!(children(&s, &dir).await.is_empty());
+}
+
+#[tokio::test]
+async fn try_acquire_never_waits() {
+    let dir = unique_path("try");
+    let (a, b) = (session().await, session().await);
+    let lease = a.lock(&dir).try_acquire().await.unwrap().expect("free lock");
+    let creates = b.metrics().creates;
+    assert!(b.lock(&dir).try_acquire().await.unwrap().is_none());
+    assert_eq!(b.metrics().creates, creates, "a taken lock is answered without writing");
+    lease.release().await.unwrap();
+    let lease = b.lock(&dir).try_acquire().await.unwrap().expect("free again");
+    lease.release().await.unwrap();
+    assert!(children(&a, &dir).await.is_empty());
+}
+
+#[tokio::test]
+async fn deleting_our_node_loses_the_lease() {
+    let dir = unique_path("deleted");
+    let (a, admin) = (session().await, session().await);
+    let lease = a.lock(&dir).acquire().await.unwrap();
+    let lost = lease.lost();
+    tokio::pin!(lost);
+    // Start watching before the deletion.
+    assert!(tokio::time::timeout(Duration::from_millis(100), &mut lost).await.is_err());
+    admin.client().delete(lease.path(), None).await.unwrap();
+    let reason = tokio::time::timeout(Duration::from_secs(5), lost).await.expect("lost() resolves");
+    assert_eq!(reason, LossReason::NodeDeleted);
+    assert_eq!(lease.state(), LeaseState::Lost(LossReason::NodeDeleted));
+    assert!(matches!(lease.renew().await, Err(Error::LockLost { reason: LossReason::NodeDeleted, .. })));
+}
+
+#[tokio::test]
+async fn renew_confirms_and_extends_valid_until() {
+    let dir = unique_path("renew");
+    let (a, admin) = (session().await, session().await);
+    let lease = a.lock(&dir).acquire().await.unwrap();
+    let before = lease.valid_until().unwrap();
+    let keepalives = a.metrics().keepalives;
+    let renewed = lease.renew().await.unwrap();
+    assert!(renewed > before, "renew must extend valid_until");
+    assert_eq!(lease.valid_until(), Some(renewed));
+    assert!(renewed > tokio::time::Instant::now() + T / 2);
+    assert_eq!(a.metrics().keepalives, keepalives, "renew is its own round trip");
+    admin.client().delete(lease.path(), None).await.unwrap();
+    let err = lease.renew().await.unwrap_err();
+    assert!(matches!(err, Error::LockLost { .. }), "{err}");
+    assert_eq!(lease.valid_until(), None);
+}
+
+#[tokio::test]
+async fn fenced_writes_stop_when_the_lease_is_lost() {
+    let dir = unique_path("fenced");
+    let data = unique_path("fenced-data");
+    let (a, admin) = (session().await, session().await);
+    admin.client().mkdir(&data, &zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all())).await.unwrap();
+    let lease = a.lock(&dir).acquire().await.unwrap();
+    let token = lease.token().get().to_string();
+    lease
+        .fenced_write(&[FencedOp::SetData { path: data.clone(), data: token.clone().into_bytes(), version: None }])
+        .await
+        .unwrap();
+    assert_eq!(admin.client().get_data(&data).await.unwrap().0, token.as_bytes());
+
+    admin.client().delete(lease.path(), None).await.unwrap();
+    let err = lease
+        .fenced_write(&[FencedOp::SetData { path: data.clone(), data: b"stale".to_vec(), version: None }])
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::LockLost { reason: LossReason::NodeDeleted, .. }), "{err}");
+    assert_eq!(admin.client().get_data(&data).await.unwrap().0, token.as_bytes(), "the stale write must not land");
+}
+
+#[tokio::test]
+async fn fence_rejects_a_stale_holder() {
+    let dir = unique_path("fence");
+    let (a, b) = (session().await, session().await);
+    let fence = Fence::new();
+    let old = a.lock(&dir).acquire().await.unwrap();
+    let old_token = old.token();
+    fence.admit(old_token).unwrap();
+    drop(old);
+    let new = b.lock(&dir).acquire().await.unwrap();
+    fence.admit(new.token()).unwrap();
+    let stale = fence.admit(old_token).unwrap_err();
+    assert_eq!(stale.newest, new.token());
+    assert!(stale.to_string().contains("stale fencing token"));
+    assert!(old_token < new.token());
+    assert_eq!(fence.newest(), new.token());
+    assert!(fence.admit(FencingToken::new(new.token().get() + 1)).is_ok());
+}
+
+#[tokio::test]
+async fn second_acquire_on_a_held_handle_fails_at_once_and_release_works_from_another_task() {
+    let dir = unique_path("again");
+    let a = session().await;
+    let lock = a.lock(&dir);
+    let lease = lock.acquire().await.unwrap();
+    let err = tokio::time::timeout(Duration::from_secs(1), lock.acquire()).await.expect("no self-deadlock");
+    assert!(matches!(err, Err(Error::AlreadyHeld { .. })));
+    assert!(matches!(lock.try_acquire().await, Err(Error::AlreadyHeld { .. })));
+    tokio::spawn(async move { lease.release().await }).await.unwrap().unwrap();
+    assert!(children(&a, &dir).await.is_empty());
+    // The handle can acquire again once released.
+    lock.acquire().await.unwrap().release().await.unwrap();
+}
+
+#[tokio::test]
+async fn bad_input_gives_clear_errors_and_leaves_nothing() {
+    let s = session().await;
+    for bad in ["", "locks/x", "/locks/x/", "//x", "/a//b", "/a\0b", "/zookeeper/x"] {
+        let err = s.lock(bad).acquire().await.unwrap_err();
+        assert!(matches!(err, Error::InvalidPath { .. }), "{bad:?}: {err}");
+        assert!(err.to_string().contains("invalid path"), "{err}");
+    }
+    let long = format!("/{}", "x".repeat(2000));
+    assert!(matches!(s.lock(&long).acquire().await, Err(Error::InvalidPath { .. })));
+    assert!(matches!(s.election("rel").campaign("x").await, Err(Error::InvalidPath { .. })));
+
+    // A missing chroot.
+    let cs = format!("{}/no-such-chroot-{}", shared_ensemble().connect_string(), uuid::Uuid::new_v4().simple());
+    let err = Session::connect(&cs, SessionOptions::new()).await.unwrap_err();
+    assert!(matches!(err, Error::ChrootMissing { .. }), "{err}");
+
+    // An unreachable ensemble: a port nobody listens on. A clear error within the timeout.
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let started = std::time::Instant::now();
+    let err = Session::connect(
+        &format!("127.0.0.1:{port}"),
+        SessionOptions::new().connect_timeout(Duration::from_secs(1)),
+    )
+    .await
+    .unwrap_err();
+    assert!(matches!(err, Error::Unreachable { .. }), "{err}");
+    assert!(started.elapsed() < Duration::from_secs(3), "took {:?}", started.elapsed());
+    assert!(err.to_string().contains("check that the ensemble runs"));
+
+    // An ACL that denies us create: a clear error, nothing created.
+    let dir = unique_path("acl");
+    let read_only = [zk::Acl::new(zk::Permission::READ, zk::AuthId::new("world", "anyone"))];
+    s.client().mkdir(&dir, &zk::CreateMode::Persistent.with_acls(zk::Acls::new(&read_only))).await.unwrap();
+    let err = s.lock(&dir).acquire().await.unwrap_err();
+    assert!(matches!(err, Error::NoAuth { operation: "create", .. }), "{err}");
+    assert!(err.to_string().contains("SessionOptions::auth"));
+    assert!(children(&s, &dir).await.is_empty());
+
+    // A lock directory under an ephemeral node cannot exist.
+    let eph = unique_path("eph");
+    s.client().mkdir(&parent_of(&eph), &zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all())).await.unwrap();
+    s.client().create(&eph, b"", &zk::CreateMode::Ephemeral.with_acls(zk::Acls::anyone_all())).await.unwrap();
+    let err = s.lock(&format!("{eph}/lock")).acquire().await.unwrap_err();
+    assert!(matches!(err, Error::InvalidPath { .. }), "{err}");
+}
+
+fn parent_of(path: &str) -> String {
+    path[..path.rfind('/').unwrap()].to_string()
+}
+
+#[tokio::test]
+async fn digest_auth_and_creator_acls() {
+    let dir = unique_path("digest");
+    let owner = Session::connect(
+        &shared_ensemble().connect_string(),
+        SessionOptions::new().session_timeout(T).auth("digest", b"alice:secret"),
+    )
+    .await
+    .unwrap();
+    let lease = owner.lock(&dir).acquire().await.unwrap();
+    // The directory alice created carries creator-only ACLs: another identity cannot queue …
+    let stranger = session().await;
+    let err = stranger.lock(&dir).acquire().await.unwrap_err();
+    assert!(matches!(err, Error::NoAuth { .. }), "{err}");
+    // … and alice can release.
+    lease.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn contenders_show_holder_then_waiters_with_owner_data() {
+    let dir = unique_path("status");
+    let (a, b) = (session().await, session().await);
+    let lease = a.lock(&dir).with_id("alpha").acquire().await.unwrap();
+    let lock_b = b.lock(&dir).with_id("beta");
+    let waiting = tokio::spawn(async move { lock_b.acquire().await.map(|l| l.token()) });
+    until_contenders(&a, &dir, 2).await;
+    let c = a.lock(&dir).contenders().await.unwrap();
+    assert_eq!(c.len(), 2);
+    assert_eq!(c[0].owner.id.as_deref(), Some("alpha"));
+    assert_eq!(c[0].session_id, a.id());
+    assert_eq!(c[0].token, lease.token());
+    assert_eq!(c[1].owner.id.as_deref(), Some("beta"));
+    assert_eq!(c[1].session_id, b.id());
+    assert_eq!(c[0].owner.pid, Some(std::process::id()));
+    lease.release().await.unwrap();
+    assert!(waiting.await.unwrap().unwrap() > c[0].token);
+}
