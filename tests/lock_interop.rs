@@ -1,0 +1,115 @@
+//! Interoperability with Python Kazoo's `Lock` (Debian's `python3-kazoo`) on the same path:
+//! each excludes the other, with either of our node formats.
+
+mod common;
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use common::*;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::process::{Child, Command};
+use zkfence::NodeFormat;
+
+const DRIVER: &str = r#"
+import sys
+from kazoo.client import KazooClient
+from kazoo.exceptions import LockTimeout
+from kazoo.recipe.lock import Lock
+hosts, path, mode, patterns = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
+zk = KazooClient(hosts=hosts, timeout=10)
+zk.start()
+lock = Lock(zk, path, identifier="kazoo", extra_lock_patterns=[p for p in patterns.split(",") if p])
+if mode == "hold":
+    lock.acquire()
+    print("HELD", flush=True)
+    sys.stdin.readline()
+    lock.release()
+    print("RELEASED", flush=True)
+else:
+    try:
+        got = lock.acquire(timeout=1.0)
+    except LockTimeout:
+        got = False
+    print("GOT" if got else "BLOCKED", flush=True)
+    if got:
+        lock.release()
+zk.stop()
+"#;
+
+/// A Python that can import kazoo: Debian's `python3-kazoo` lives in the system Python,
+/// which may not be the first `python3` on `PATH`.
+fn python_with_kazoo() -> Option<&'static str> {
+    ["/usr/bin/python3", "python3"].into_iter().find(|py| {
+        std::process::Command::new(py)
+            .args(["-c", "import kazoo"])
+            .stderr(Stdio::null())
+            .status()
+            .map(|s| s.success())
+            .unwrap_or(false)
+    })
+}
+
+fn kazoo(python: &str, path: &str, mode: &str, patterns: &str) -> Child {
+    Command::new(python)
+        .args(["-c", DRIVER, &shared_ensemble().connect_string(), path, mode, patterns])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("run python3")
+}
+
+async fn next_line(child: &mut Child) -> String {
+    let out = child.stdout.as_mut().unwrap();
+    let mut line = String::new();
+    tokio::time::timeout(Duration::from_secs(30), BufReader::new(out).read_line(&mut line))
+        .await
+        .expect("kazoo answers")
+        .unwrap();
+    line.trim().to_string()
+}
+
+async fn interop(format: NodeFormat, patterns: &str) {
+    let Some(py) = python_with_kazoo() else {
+        // CI installs python3-kazoo (see .ci/run); a developer machine may not have it.
+        eprintln!("python3-kazoo is not installed: skipping (apt-get install -y python3-kazoo)");
+        assert!(std::env::var_os("CI").is_none(), "CI must have python3-kazoo");
+        return;
+    };
+    let dir = unique_path("kazoo");
+    let s = connect(&shared_ensemble().connect_string(), Duration::from_secs(4)).await;
+
+    // Kazoo holds: we are excluded, and get it after Kazoo releases.
+    let mut holder = kazoo(py, &dir, "hold", patterns);
+    assert_eq!(next_line(&mut holder).await, "HELD");
+    let lock = s.lock(&dir).with_format(format);
+    assert!(lock.try_acquire().await.unwrap().is_none(), "Kazoo holds the lock");
+    assert!(matches!(
+        lock.acquire_timeout(Duration::from_millis(500)).await,
+        Err(zkfence::Error::Timeout { ahead: 1, .. })
+    ));
+    let waiting = tokio::spawn(async move { lock.acquire().await.map(|l| (l.token(), l)) });
+    eventually(Duration::from_secs(5), "we queue behind Kazoo", || async { children(&s, &dir).await.len() == 2 })
+        .await;
+    holder.stdin.as_mut().unwrap().write_all(b"go\n").await.unwrap();
+    assert_eq!(next_line(&mut holder).await, "RELEASED");
+    let (_, lease) = tokio::time::timeout(Duration::from_secs(10), waiting).await.unwrap().unwrap().unwrap();
+
+    // We hold: Kazoo is excluded.
+    let mut probe = kazoo(py, &dir, "try", patterns);
+    assert_eq!(next_line(&mut probe).await, "BLOCKED");
+    lease.release().await.unwrap();
+    let mut probe = kazoo(py, &dir, "try", patterns);
+    assert_eq!(next_line(&mut probe).await, "GOT");
+}
+
+#[tokio::test]
+async fn kazoo_format_excludes_and_is_excluded_by_kazoo() {
+    interop(NodeFormat::Kazoo, "").await;
+}
+
+#[tokio::test]
+async fn curator_format_interoperates_with_kazoo_extra_lock_patterns() {
+    interop(NodeFormat::Curator, "-lock-").await;
+}
