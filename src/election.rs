@@ -204,7 +204,12 @@ impl Election {
                     Some(watcher) => {
                         let event = watcher.changed().await;
                         if event.event_type == zk::EventType::Session {
-                            let _ = tx.send(Err(Error::SessionExpired));
+                            // One-shot watches report only terminal session states.
+                            let _ = tx.send(Err(match event.session_state {
+                                zk::SessionState::Expired => Error::SessionExpired,
+                                zk::SessionState::AuthFailed => Error::AuthFailed,
+                                _ => Error::SessionClosed,
+                            }));
                             return;
                         }
                     }
@@ -216,41 +221,97 @@ impl Election {
         LeaderChanges { rx, task }
     }
 
-    /// Campaigns as `id` and runs `task` while leading, until `shutdown` resolves.
+    /// Campaigns as `id` and runs `task` while leading, until `shutdown` resolves: Curator's
+    /// `LeaderSelector` with auto-requeue.
     ///
-    /// When leadership is lost, `lead` is cancelled and the candidate queues again; when
-    /// `lead` returns `Ok`, leadership is handed on and the candidate queues again (Curator's
-    /// `LeaderSelector` with auto-requeue). Returns `Ok` on shutdown (resigning first), or the
-    /// error that ended the session or that `lead` returned.
+    /// - When leadership is **lost** (the lease clock ran out, or our node was deleted),
+    ///   `lead` is cancelled — dropped at its next await point, before any other candidate
+    ///   can be elected — and the candidate queues again.
+    /// - When `lead` **returns** `Ok`, leadership is handed on: our node is deleted, so the
+    ///   next candidate in line is elected, and this one queues again behind it. (Alone in the
+    ///   election, it is elected again at once: a `lead` that returns immediately then spins.)
+    /// - When `shutdown` resolves, `lead` is cancelled and leadership resigned; `run` returns
+    ///   `Ok` once the ensemble has deleted our node, or after the session timeout if no
+    ///   server answers (the lease clock has then given leadership up too).
+    ///
+    /// `lead` must not keep the [`Leadership`] beyond its return: `run` gives it up then.
+    ///
+    /// # Cancel safety
+    /// Dropping the future cancels `lead` and resigns in the background, like dropping a
+    /// [`Leadership`].
+    ///
+    /// # Notable errors
+    /// - [`Error::SessionExpired`], [`Error::SessionClosed`]: the session ended, and with it
+    ///   any leadership. Connect a new [`Session`] and call `run` again.
+    /// - Any error `lead` returns, after leadership was handed on.
     pub async fn run<T: LeaderTask>(&self, id: &str, task: &mut T, shutdown: impl Future<Output = ()>) -> Result<()> {
+        enum Ended {
+            Shutdown,
+            Lost(LossReason),
+            Returned(Result<()>),
+        }
         tokio::pin!(shutdown);
         loop {
             let leadership = tokio::select! {
                 _ = &mut shutdown => return Ok(()),
-                leadership = self.campaign(id) => leadership?,
+                leadership = self.campaign(id) => match leadership {
+                    Ok(leadership) => leadership,
+                    // Not the end of the session: our waiting node was deleted by someone, or
+                    // the session went quiet at the grant. Queue again; a dead session then
+                    // fails the next create. The pause keeps a persistent fault from spinning.
+                    Err(err @ (Error::NodeDeleted { .. } | Error::Unavailable { .. })) => {
+                        tracing::warn!(%id, %err, "campaign failed: queueing again");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        continue;
+                    }
+                    Err(err) => return Err(err),
+                },
             };
+            let node = leadership.lease().path().to_string();
             let watch = leadership.lease.loss_watch();
             let token = leadership.token();
-            tokio::select! {
-                _ = &mut shutdown => {
-                    tracing::info!(%id, %token, "shutting down: resigning");
-                    // `lead` is dropped here, which drops the Leadership and releases it.
-                    return Ok(());
-                }
-                reason = watch.lost() => {
-                    tracing::warn!(%id, %token, %reason, "leadership lost: cancelling the leader task");
+            let ended = tokio::select! {
+                _ = &mut shutdown => Ended::Shutdown,
+                reason = watch.lost() => Ended::Lost(reason),
+                result = task.lead(leadership) => Ended::Returned(result),
+            };
+            // `lead` (and the Leadership it owned) has been dropped by now, which started a
+            // background release; the cases below only decide what to wait for.
+            match ended {
+                Ended::Lost(reason) => {
+                    tracing::warn!(%id, %token, %reason, "leadership lost: leader task cancelled");
                     if reason.is_session_terminal() {
                         return Err(match reason {
                             LossReason::SessionExpired => Error::SessionExpired,
                             _ => Error::SessionClosed,
                         });
                     }
+                    // The node is gone, or the session deletes it once a server answers again.
                 }
-                result = task.lead(leadership) => {
+                Ended::Shutdown => {
+                    tracing::info!(%id, %token, "shutting down: resigning leadership");
+                    self.hand_on(&node).await;
+                    return Ok(());
+                }
+                Ended::Returned(result) => {
+                    self.hand_on(&node).await;
                     result?;
                     tracing::info!(%id, %token, "leader task finished: leadership handed on, queueing again");
                 }
             }
+        }
+    }
+
+    /// Waits until our leadership node is deleted, so the next candidate in line is elected
+    /// before we queue again or return. Bounded by the session timeout: if no server answers
+    /// for that long, the lease clock has ended the leadership anyway, and the node goes when
+    /// a server answers or the session expires.
+    async fn hand_on(&self, node: &str) {
+        let shared = self.session.shared();
+        match tokio::time::timeout(shared.session_timeout, shared.delete_until_gone(node)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(err)) => tracing::debug!(%node, %err, "leadership node not deleted: the session ended, which removes it"),
+            Err(_) => tracing::warn!(%node, "no answer while resigning; the node goes with the session"),
         }
     }
 }

@@ -123,7 +123,23 @@ async fn cleanup(shared: Arc<Shared>, dir: String, marker: String, node: Option<
         Some(node) => Some(node),
         // The create may still have happened: requests on one connection are answered in
         // order, so listing after it sees its result.
-        None if sent => find_own(&shared, &dir, &marker).await.ok().flatten().map(|(node, _, _)| node),
+        None if sent => match find_own(&shared, &dir, &marker).await {
+            Ok(Some((node, _, _))) => Some(node),
+            Ok(None) => {
+                // Unless the connection broke in between and the create commits late: look
+                // once more, later, in the background, so no orphan outlives this.
+                let (shared, dir, marker) = (shared.clone(), dir.clone(), marker.clone());
+                crate::session::spawn_detached(async move {
+                    tokio::time::sleep(shared.session_timeout / 2).await;
+                    if let Ok(Some((node, _, _))) = find_own(&shared, &dir, &marker).await {
+                        tracing::warn!(%node, "deleting a late-committed node of a cancelled acquire");
+                        let _ = shared.delete_until_gone(&node).await;
+                    }
+                });
+                None
+            }
+            Err(_) => None,
+        },
         None => None,
     };
     if let Some(node) = node {
@@ -255,7 +271,7 @@ impl Queue {
         let result = async {
             let (node, sequence, czxid) = self.enqueue(&uuid, &mut pending).await?;
             let mut progress = Progress::default();
-            match self.position(&node, permits, &mut progress).await? {
+            match self.position(&node, &pending.marker, permits, &mut progress).await? {
                 Position::Holds => self.grant(node, sequence, czxid).await.map(Some),
                 Position::Waits { .. } => Ok(None),
             }
@@ -282,7 +298,8 @@ impl Queue {
     ) -> Result<Grant> {
         let (node, sequence, czxid) = self.enqueue(uuid, pending).await?;
         tracing::Span::current().record("node", node.as_str());
-        self.wait(node, sequence, czxid, permits, progress).await
+        let marker = pending.marker.clone();
+        self.wait(node, sequence, czxid, &marker, permits, progress).await
     }
 
     /// Step 1: the protected create. Returns `(path, sequence, czxid)`.
@@ -316,12 +333,17 @@ impl Queue {
                     tracing::debug!(dir = %self.dir, "create outcome unknown and no node of ours found: creating again");
                 }
                 Err(zk::Error::NoChildrenForEphemerals) => {
+                    pending.sent = false;
                     return Err(Error::InvalidPath {
                         path: self.dir.clone(),
                         reason: "it is an ephemeral node, which cannot have children",
-                    })
+                    });
                 }
-                Err(e) => return Err(Error::zk("create", &prefix, e)),
+                Err(e) => {
+                    // A definite error: the server created nothing.
+                    pending.sent = false;
+                    return Err(Error::zk("create", &prefix, e));
+                }
             }
         }
     }
@@ -357,32 +379,59 @@ impl Queue {
     }
 
     /// Step 2: where we stand.
-    async fn position(&self, node: &str, permits: usize, progress: &mut Progress) -> Result<Position> {
+    ///
+    /// Every create retry of one join carries the same uuid (`marker`), so another child with
+    /// our marker owned by our session is a create whose answer was lost and which committed
+    /// after we had looked for it: an orphan of ours, which would sit ahead of us forever.
+    /// It is deleted here, at no cost on the normal path (the listing is needed anyway).
+    async fn position(&self, node: &str, marker: &str, permits: usize, progress: &mut Progress) -> Result<Position> {
         let shared = self.shared();
-        Counters::bump(&shared.counters.listings);
-        let children = match retry_read(shared, "list", &self.dir, || shared.client.list_children(&self.dir)).await {
-            Ok(children) => children,
-            Err(Error::ZooKeeper { source: zk::Error::NoNode, .. }) => {
-                return Err(Error::NodeDeleted { node: node.to_string() })
+        loop {
+            Counters::bump(&shared.counters.listings);
+            let children = match retry_read(shared, "list", &self.dir, || shared.client.list_children(&self.dir)).await {
+                Ok(children) => children,
+                Err(Error::ZooKeeper { source: zk::Error::NoNode, .. }) => {
+                    return Err(Error::NodeDeleted { node: node.to_string() })
+                }
+                Err(err) => return Err(err),
+            };
+            let queue = node::queue_order(children);
+            let name = &node[self.dir.len() + 1..];
+            let Some(index) = queue.iter().position(|(_, n)| n == name) else {
+                return Err(self.vanished(node));
+            };
+            if self.delete_own_orphans(&queue, name, marker).await? {
+                continue;
             }
-            Err(err) => return Err(err),
-        };
-        let queue = node::queue_order(children);
-        let name = &node[self.dir.len() + 1..];
-        let Some(index) = queue.iter().position(|(_, n)| n == name) else {
-            return Err(self.vanished(node));
-        };
-        progress.ahead = index;
-        progress.holder = queue.first().map(|(_, n)| n.clone());
-        if index < permits {
-            return Ok(Position::Holds);
+            progress.ahead = index;
+            progress.holder = queue.first().map(|(_, n)| n.clone());
+            if index < permits {
+                return Ok(Position::Holds);
+            }
+            let watched = index - permits;
+            return Ok(Position::Waits {
+                index,
+                predecessor: format!("{}/{}", self.dir, queue[watched].1),
+                predecessor_is_head: watched == 0,
+            });
         }
-        let watched = index - permits;
-        Ok(Position::Waits {
-            index,
-            predecessor: format!("{}/{}", self.dir, queue[watched].1),
-            predecessor_is_head: watched == 0,
-        })
+    }
+
+    /// Deletes children carrying our marker, other than `ours`, that our session owns.
+    /// Returns true if it deleted any.
+    async fn delete_own_orphans(&self, queue: &[(i64, String)], ours: &str, marker: &str) -> Result<bool> {
+        let shared = self.shared();
+        let mut deleted = false;
+        for (_, name) in queue.iter().filter(|(_, n)| n != ours && n.starts_with(marker)) {
+            let path = format!("{}/{name}", self.dir);
+            let stat = retry_read(shared, "stat", &path, || shared.client.check_stat(&path)).await?;
+            if stat.is_some_and(|s| s.ephemeral_owner == shared.client.session_id().0) {
+                tracing::warn!(node = %path, "deleting a duplicate node of ours left by a create whose answer was lost");
+                shared.delete_until_gone(&path).await?;
+                deleted = true;
+            }
+        }
+        Ok(deleted)
     }
 
     /// Our node is gone: the session ended, or someone deleted it.
@@ -395,10 +444,18 @@ impl Queue {
     }
 
     /// Steps 2 and 3 until we hold.
-    async fn wait(&self, node: String, sequence: i64, czxid: i64, permits: usize, progress: &mut Progress) -> Result<Grant> {
+    async fn wait(
+        &self,
+        node: String,
+        sequence: i64,
+        czxid: i64,
+        marker: &str,
+        permits: usize,
+        progress: &mut Progress,
+    ) -> Result<Grant> {
         let shared = self.shared();
         loop {
-            let (index, predecessor, predecessor_is_head) = match self.position(&node, permits, progress).await? {
+            let (index, predecessor, predecessor_is_head) = match self.position(&node, marker, permits, progress).await? {
                 Position::Holds => return self.grant(node, sequence, czxid).await,
                 Position::Waits { index, predecessor, predecessor_is_head } => (index, predecessor, predecessor_is_head),
             };

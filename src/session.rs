@@ -579,8 +579,17 @@ async fn keep(shared: Arc<Shared>, mut states: zk::StateWatcher) {
                     Zs::Closed => SessionState::Closed,
                     Zs::AuthFailed => SessionState::AuthFailed,
                 };
-                tracing::info!(state = ?new, "zookeeper session state changed");
                 shared.clock.send_modify(|c| c.state = new);
+                let session_id = shared.client.session_id();
+                match new {
+                    SessionState::Disconnected => {
+                        let left = clock.valid_until.saturating_duration_since(Instant::now());
+                        tracing::warn!(%session_id, valid_for_ms = left.as_millis() as u64,
+                            "disconnected from the ensemble: leases suspended until the lease clock runs out");
+                    }
+                    SessionState::Connected => tracing::info!(%session_id, "connected: renewing the lease clock"),
+                    _ => tracing::warn!(%session_id, state = ?new, "zookeeper session ended"),
+                }
                 if new.is_terminal() {
                     let reason = shared.clock().loss_reason();
                     shared.lose_all(reason, false);

@@ -277,6 +277,7 @@ async fn fenced_writes_stop_when_the_lease_is_lost() {
         .fenced_write(&[FencedOp::SetData { path: data.clone(), data: token.clone().into_bytes(), version: None }])
         .await
         .unwrap();
+    admin.client().sync(&data).await.unwrap();
     assert_eq!(admin.client().get_data(&data).await.unwrap().0, token.as_bytes());
 
     admin.client().delete(lease.path(), None).await.unwrap();
@@ -285,6 +286,7 @@ async fn fenced_writes_stop_when_the_lease_is_lost() {
         .await
         .unwrap_err();
     assert!(matches!(err, Error::LockLost { reason: LossReason::NodeDeleted, .. }), "{err}");
+    admin.client().sync(&data).await.unwrap();
     assert_eq!(admin.client().get_data(&data).await.unwrap().0, token.as_bytes(), "the stale write must not land");
 }
 

@@ -277,6 +277,7 @@ async fn release_while_partitioned_completes_after_healing() {
     proxy.heal();
     proxy.cut(); // drop the stale connection so the client reconnects now
     tokio::time::timeout(Duration::from_secs(10), release).await.expect("release returns").unwrap().unwrap();
+    admin.client().sync(&node).await.unwrap();
     assert!(admin.client().check_stat(&node).await.unwrap().is_none());
 }
 
@@ -379,4 +380,28 @@ async fn a_zookeeper_leader_failover_keeps_the_lease_and_the_queue() {
     let (i2, l2, _) = tokio::time::timeout(Duration::from_secs(30), waiters.remove(0)).await.unwrap().unwrap();
     assert_eq!(i2, 2);
     assert!(l2.token() > t1);
+}
+
+#[tokio::test]
+async fn a_late_committed_duplicate_of_ours_is_removed_not_waited_on() {
+    let zk = shared_ensemble();
+    let s = connect(&zk.connect_string(), LONG).await;
+    let dir = unique_path("own-orphan");
+    mkdir(&s, &dir).await;
+    let uuid = uuid::Uuid::new_v4();
+    // What a create whose answer was lost leaves when it commits after we looked for it and
+    // created again: a node with our uuid, owned by our session, ahead of our real node.
+    let ephemeral = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::anyone_all());
+    s.client().create(&format!("{dir}/_c_{}-lock-", uuid.hyphenated()), b"", &ephemeral).await.unwrap();
+
+    let lease = s
+        .lock(&dir)
+        .__with_contender_uuid(uuid)
+        .acquire_timeout(Duration::from_secs(5))
+        .await
+        .expect("must not wait behind its own orphan");
+    let left = children(&s, &dir).await;
+    assert_eq!(left.len(), 1, "the orphan is deleted: {left:?}");
+    assert!(lease.path().ends_with(&left[0]));
+    lease.release().await.unwrap();
 }

@@ -71,8 +71,10 @@ where
     }
 }
 
-/// Children of `dir` as seen by `session` (empty if the directory does not exist).
+/// Children of `dir` as seen by `session` (empty if the directory does not exist), after a
+/// `sync`: reads from one session need not see another session's finished writes otherwise.
 pub async fn children(session: &Session, dir: &str) -> Vec<String> {
+    let _ = session.client().sync(dir).await;
     match session.client().list_children(dir).await {
         Ok(c) => c,
         Err(zkfence::zookeeper_client::Error::NoNode) => vec![],

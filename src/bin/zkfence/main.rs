@@ -1,1 +1,262 @@
-fn main() {}
+//! `zkfence`: distributed locks and leader election on Apache ZooKeeper, from the shell.
+//!
+//! The operator's face of the library: `exec` runs a command under a lock (like `flock`,
+//! `etcdctl lock`, `consul lock`), `elect` runs one only while leading, `status` and `leader`
+//! show a queue, `ensemble up` starts a throwaway local ensemble, and `demo` plays every
+//! promise of the library against a real ensemble.
+
+mod child;
+mod demo;
+mod duration;
+mod elect;
+mod ensemble;
+mod exec;
+mod exit;
+mod progress;
+mod signals;
+mod status;
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+use zkfence::{NodeFormat, Session, SessionOptions};
+
+use crate::exit::Failure;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "zkfence",
+    version,
+    about = "Distributed locks and leader election on Apache ZooKeeper: queue-fair, fenced, session-tied",
+    after_long_help = exit::HELP,
+    after_help = "Run `zkfence --help` for the exit codes."
+)]
+struct Cli {
+    /// ZooKeeper servers: host:port[,host:port...][/chroot].
+    #[arg(long, global = true, env = "ZKFENCE_CONNECT", default_value = "127.0.0.1:2181", value_name = "HOSTS")]
+    connect: String,
+
+    /// The session timeout to ask for: a crashed holder's lock frees about this long after it
+    /// dies (the ensemble clamps it to its own bounds). E.g. "10s", "500ms", "1m".
+    #[arg(long, global = true, default_value = "10s", value_parser = duration::parse, value_name = "DUR")]
+    session_timeout: Duration,
+
+    /// More log output on stderr: -v info, -vv debug, -vvv trace.
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    verbose: u8,
+
+    /// Log filter for stderr, in `RUST_LOG` syntax (e.g. "zkfence=debug"); overrides -v.
+    #[arg(long, global = true, env = "ZKFENCE_LOG", value_name = "FILTER")]
+    log_level: Option<String>,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run CMD while holding the lock LOCKPATH; release it when CMD exits.
+    ///
+    /// CMD sees ZKFENCE_TOKEN (the fencing token: pass it to every write the lock protects),
+    /// ZKFENCE_LOCK_PATH and ZKFENCE_NODE in its environment. zkfence exits with CMD's exit
+    /// code. If the lock is lost while CMD runs, CMD gets SIGTERM, then SIGKILL after
+    /// --grace, and zkfence exits 76. SIGINT, SIGTERM and SIGHUP are forwarded to CMD; the
+    /// lock is released before zkfence exits.
+    Exec {
+        /// The lock directory, e.g. /locks/backup.
+        lockpath: String,
+        /// Give up waiting after DUR and exit 75; "0" never waits behind a holder.
+        #[arg(long, value_parser = duration::parse, value_name = "DUR")]
+        timeout: Option<Duration>,
+        /// Queue node layout: curator (Apache Curator, the default) or kazoo (Python Kazoo).
+        #[arg(long, default_value = "curator", value_parser = parse_format, value_name = "FORMAT")]
+        format: NodeFormat,
+        /// Our name in `zkfence status` (default: CMD's name).
+        #[arg(long, value_name = "TEXT")]
+        id: Option<String>,
+        /// How long CMD may take to exit after SIGTERM before it gets SIGKILL.
+        #[arg(long, default_value = "5s", value_parser = duration::parse, value_name = "DUR")]
+        grace: Duration,
+        /// The command and its arguments (after `--`).
+        #[arg(required = true, last = true, value_name = "CMD")]
+        cmd: Vec<String>,
+    },
+
+    /// Run CMD only while leading the election ELECTIONPATH.
+    ///
+    /// On leadership loss CMD gets SIGTERM (SIGKILL after --grace) and zkfence campaigns
+    /// again; when CMD exits on its own, zkfence resigns and campaigns again. With --once it
+    /// leads at most once and exits with CMD's code (76 if leadership was lost). CMD sees
+    /// ZKFENCE_TOKEN, ZKFENCE_LOCK_PATH, ZKFENCE_NODE and ZKFENCE_LEADER_ID.
+    Elect {
+        /// The election directory, e.g. /election/scheduler.
+        electionpath: String,
+        /// This candidate's name, shown by `zkfence leader`.
+        #[arg(long, value_name = "NAME")]
+        id: String,
+        /// Lead at most once, then exit.
+        #[arg(long)]
+        once: bool,
+        /// How long CMD may take to exit after SIGTERM before it gets SIGKILL.
+        #[arg(long, default_value = "5s", value_parser = duration::parse, value_name = "DUR")]
+        grace: Duration,
+        /// The command and its arguments (after `--`).
+        #[arg(required = true, last = true, value_name = "CMD")]
+        cmd: Vec<String>,
+    },
+
+    /// Show who holds the lock LOCKPATH and who waits, in queue order.
+    Status {
+        /// The lock directory.
+        lockpath: String,
+        /// Print JSON: {"path", "holder": CONTENDER|null, "waiters": [CONTENDER...]}.
+        #[arg(long)]
+        json: bool,
+    },
+
+    /// Show the leader of the election ELECTIONPATH and the candidates behind it.
+    Leader {
+        /// The election directory.
+        electionpath: String,
+        /// Print JSON: {"path", "holder": CONTENDER|null (the leader), "waiters": [...]}.
+        #[arg(long)]
+        json: bool,
+    },
+
+    /// Throwaway local ZooKeeper ensembles, for trying zkfence out.
+    #[command(subcommand)]
+    Ensemble(EnsembleCommand),
+
+    /// Start a 3-node ensemble and play every promise of zkfence against it, as a timeline.
+    ///
+    /// Contention (FIFO, growing tokens), a fenced store refusing a paused holder's late
+    /// write, a crashed holder's lock freed after the session timeout, the ZooKeeper leader
+    /// killed while locks are held, and leader-election failover. Exits 0 only if every step
+    /// behaved as promised.
+    Demo,
+}
+
+#[derive(Subcommand, Debug)]
+enum EnsembleCommand {
+    /// Start an ensemble, print its connect string (the first line of stdout), and run until
+    /// Ctrl-C or SIGTERM, then stop it.
+    Up {
+        /// Number of servers.
+        #[arg(long, default_value_t = 3)]
+        nodes: usize,
+        /// ZooKeeper's tickTime: sessions may be as short as 2 ticks.
+        #[arg(long, default_value = "200ms", value_parser = duration::parse, value_name = "DUR")]
+        tick_time: Duration,
+        /// The longest session timeout the servers grant.
+        #[arg(long, default_value = "60s", value_parser = duration::parse, value_name = "DUR")]
+        max_session_timeout: Duration,
+    },
+}
+
+fn parse_format(s: &str) -> Result<NodeFormat, String> {
+    s.parse()
+}
+
+/// What every command that talks to ZooKeeper needs.
+#[derive(Debug, Clone)]
+pub(crate) struct Global {
+    pub(crate) connect: String,
+    pub(crate) session_timeout: Duration,
+}
+
+impl Global {
+    /// Connects a session, or fails with exit code 3 (2 for a bad connect string).
+    pub(crate) async fn connect(&self) -> Result<Session, Failure> {
+        Session::connect(&self.connect, SessionOptions::new().session_timeout(self.session_timeout))
+            .await
+            .map_err(Failure::from)
+    }
+}
+
+/// Closes `session` and waits, at most `within`, until the ensemble has closed it, which
+/// removes every node the session still has. Returns false if that was not confirmed (the
+/// nodes then disappear when the session expires).
+///
+/// Every other handle on the session (locks, leases) must be dropped first.
+pub(crate) async fn close(session: Session, within: Duration) -> bool {
+    let mut states = session.client().state_watcher();
+    drop(session);
+    let closed = async {
+        // Background deletes still hold the client; the session closes after they finish.
+        while !states.peek_state().is_terminated() {
+            states.changed().await;
+        }
+    };
+    tokio::time::timeout(within, closed).await.is_ok()
+}
+
+/// Releases a lease and closes its session, waiting at most about one session timeout.
+/// Says so on stderr if the ensemble did not confirm.
+pub(crate) async fn release_and_close(lease: zkfence::Lease, session: Session) {
+    let path = lease.lock_path().to_string();
+    let within = session.session_timeout().max(Duration::from_secs(1));
+    let released = tokio::time::timeout(within, lease.release()).await;
+    let confirmed = matches!(released, Ok(Ok(())));
+    if !confirmed {
+        let why = match released {
+            Ok(Err(e)) => e.to_string(),
+            _ => format!("no answer within {within:?}"),
+        };
+        eprintln!("zkfence: could not confirm the release of {path} ({why}); the lock frees itself when the session expires");
+    }
+    close(session, within).await;
+}
+
+fn init_logging(verbose: u8, filter: Option<&str>) {
+    let default = match verbose {
+        0 => "error",
+        1 => "info",
+        2 => "debug",
+        _ => "trace",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_new(filter.unwrap_or(default))
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).init();
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging(cli.verbose, cli.log_level.as_deref());
+    let global = Global { connect: cli.connect, session_timeout: cli.session_timeout };
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("zkfence: cannot start the async runtime: {e}");
+            return ExitCode::from(exit::ERROR);
+        }
+    };
+    let outcome = runtime.block_on(async move {
+        match cli.command {
+            Command::Exec { lockpath, timeout, format, id, grace, cmd } => {
+                exec::run(&global, exec::Options { lockpath, timeout, format, id, grace, cmd }).await
+            }
+            Command::Elect { electionpath, id, once, grace, cmd } => {
+                elect::run(&global, elect::Options { path: electionpath, id, once, grace, cmd }).await
+            }
+            Command::Status { lockpath, json } => status::run(&global, &lockpath, json, status::Kind::Lock).await,
+            Command::Leader { electionpath, json } => {
+                status::run(&global, &electionpath, json, status::Kind::Election).await
+            }
+            Command::Ensemble(EnsembleCommand::Up { nodes, tick_time, max_session_timeout }) => {
+                ensemble::up(nodes, tick_time, max_session_timeout).await
+            }
+            Command::Demo => demo::run().await,
+        }
+    });
+    // Background deletes may still be queued on the runtime; every command has already
+    // awaited what it promised, so do not wait for stragglers.
+    runtime.shutdown_timeout(Duration::from_millis(100));
+    match outcome {
+        Ok(code) => ExitCode::from(code),
+        Err(failure) => {
+            eprintln!("zkfence: {}", failure.message);
+            ExitCode::from(failure.code)
+        }
+    }
+}

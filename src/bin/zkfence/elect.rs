@@ -1,0 +1,154 @@
+//! `zkfence elect ELECTIONPATH --id NAME -- CMD`: run CMD only while leading.
+
+use std::time::Duration;
+
+use zkfence::{Leadership, Session};
+
+use crate::child::{self, Cmd, Outcome};
+use crate::exit::{self, Failure};
+use crate::signals::{self, Signals};
+use crate::{close, progress, Global};
+
+/// The arguments of `elect`.
+pub struct Options {
+    pub path: String,
+    pub id: String,
+    pub once: bool,
+    pub grace: Duration,
+    pub cmd: Vec<String>,
+}
+
+/// How long to wait before campaigning again after CMD failed, so a CMD that crashes at
+/// start does not spin.
+const RETRY_AFTER_FAILURE: Duration = Duration::from_secs(1);
+
+pub async fn run(global: &Global, o: Options) -> Result<u8, Failure> {
+    let mut signals = Signals::catch().map_err(|e| Failure::new(exit::ERROR, format!("cannot catch signals: {e}")))?;
+    let mut session = match connect(global, &mut signals).await? {
+        Ok(session) => session,
+        Err(code) => return Ok(code),
+    };
+    loop {
+        let election = session.election(&o.path);
+        let campaign = election.campaign(&o.id);
+        let campaigned = tokio::select! {
+            leadership = progress::show_while(&session, &o.path, "waiting to lead", campaign) => leadership,
+            sig = signals.recv() => {
+                drop(election);
+                close(session, global.session_timeout).await;
+                eprintln!("zkfence: {} while campaigning in {}: left the election", signals::name(sig), o.path);
+                return Ok(exit::by_signal(sig));
+            }
+        };
+        drop(election);
+        let leadership = match campaigned {
+            Ok(leadership) => leadership,
+            Err(e) if e.is_session_terminal() && !o.once => {
+                eprintln!("zkfence: {e}: connecting a new session and campaigning again");
+                session = match connect(global, &mut signals).await? {
+                    Ok(session) => session,
+                    Err(code) => return Ok(code),
+                };
+                continue;
+            }
+            Err(e) => return Err(e.into()),
+        };
+        eprintln!("zkfence: leading {} as {:?} with token {}: starting {}", o.path, o.id, leadership.token(), o.cmd[0]);
+        match lead(leadership, &session, &o, &mut signals).await {
+            Led::Exit(code) => {
+                close(session, Duration::from_secs(1)).await;
+                return Ok(code);
+            }
+            Led::Again { after } => {
+                if !after.is_zero() {
+                    tokio::select! {
+                        _ = tokio::time::sleep(after) => {}
+                        sig = signals.recv() => {
+                            close(session, global.session_timeout).await;
+                            return Ok(exit::by_signal(sig));
+                        }
+                    }
+                }
+                if session.state().is_terminal() {
+                    session = match connect(global, &mut signals).await? {
+                        Ok(session) => session,
+                        Err(code) => return Ok(code),
+                    };
+                }
+            }
+        }
+    }
+}
+
+/// What to do after one term as leader.
+enum Led {
+    Exit(u8),
+    /// Campaign again, after a pause.
+    Again { after: Duration },
+}
+
+/// Runs CMD for one term of leadership.
+async fn lead(leadership: Leadership, session: &Session, o: &Options, signals: &mut Signals) -> Led {
+    let env = [
+        ("ZKFENCE_TOKEN", leadership.token().to_string()),
+        ("ZKFENCE_LOCK_PATH", o.path.clone()),
+        ("ZKFENCE_NODE", leadership.lease().path().to_string()),
+        ("ZKFENCE_LEADER_ID", o.id.clone()),
+    ];
+    let mut cmd = match Cmd::spawn(&o.cmd, &env) {
+        Ok(cmd) => cmd,
+        Err(failure) => {
+            resign(leadership, session).await;
+            eprintln!("zkfence: {}", failure.message);
+            return Led::Exit(failure.code);
+        }
+    };
+    match cmd.supervise(leadership.lost(), signals, o.grace).await {
+        Outcome::Exited { status, signal: Some(sig) } => {
+            resign(leadership, session).await;
+            tracing::info!(signal = signals::name(sig), "CMD exited after a forwarded signal: leaving the election");
+            Led::Exit(child::code_of(status))
+        }
+        Outcome::Exited { status, signal: None } => {
+            resign(leadership, session).await;
+            let code = child::code_of(status);
+            if o.once {
+                return Led::Exit(code);
+            }
+            eprintln!("zkfence: {} exited with code {code}: resigned leadership of {}, campaigning again", cmd.name(), o.path);
+            Led::Again { after: if code == 0 { Duration::ZERO } else { RETRY_AFTER_FAILURE } }
+        }
+        Outcome::Lost(reason) => {
+            eprintln!(
+                "zkfence: lost leadership of {} ({reason}) while {} ran: stopping it (SIGTERM, SIGKILL after {:?})",
+                o.path,
+                cmd.name(),
+                o.grace
+            );
+            cmd.terminate(o.grace).await;
+            drop(leadership);
+            if o.once {
+                Led::Exit(exit::LOST)
+            } else {
+                eprintln!("zkfence: campaigning again in {}", o.path);
+                Led::Again { after: Duration::ZERO }
+            }
+        }
+    }
+}
+
+/// Resigns and waits (bounded) for the ensemble to confirm, keeping the session open.
+async fn resign(leadership: Leadership, session: &Session) {
+    let within = session.session_timeout().max(Duration::from_secs(1));
+    if !matches!(tokio::time::timeout(within, leadership.resign()).await, Ok(Ok(()))) {
+        eprintln!("zkfence: could not confirm the resignation; leadership passes on when the session expires");
+    }
+}
+
+/// Connects, unless a signal comes first: then `Ok(Err(exit code))`.
+async fn connect(global: &Global, signals: &mut Signals) -> Result<Result<Session, u8>, Failure> {
+    tokio::select! {
+        session = global.connect() => Ok(Ok(session?)),
+        sig = signals.recv() => Ok(Err(exit::by_signal(sig))),
+    }
+}

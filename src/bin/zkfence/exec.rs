@@ -1,0 +1,135 @@
+//! `zkfence exec LOCKPATH -- CMD`: run CMD while holding a lock.
+
+use std::time::Duration;
+
+use zkfence::{Error, Lease, Lock, NodeFormat, Session};
+
+use crate::child::{self, Cmd, Outcome};
+use crate::exit::{self, Failure};
+use crate::signals::{self, Signals};
+use crate::{close, progress, release_and_close, Global};
+
+/// The arguments of `exec`.
+pub struct Options {
+    pub lockpath: String,
+    pub timeout: Option<Duration>,
+    pub format: NodeFormat,
+    pub id: Option<String>,
+    pub grace: Duration,
+    pub cmd: Vec<String>,
+}
+
+pub async fn run(global: &Global, o: Options) -> Result<u8, Failure> {
+    // Caught before anything is created, so no signal can leave a node behind.
+    let mut signals = Signals::catch().map_err(|e| Failure::new(exit::ERROR, format!("cannot catch signals: {e}")))?;
+    let session = tokio::select! {
+        session = global.connect() => session?,
+        sig = signals.recv() => return Ok(exit::by_signal(sig)),
+    };
+    let id = o.id.clone().unwrap_or_else(|| default_id(&o.cmd));
+    let lock = session.lock(&o.lockpath).with_format(o.format).with_id(&id);
+
+    let acquire = async {
+        match o.timeout {
+            Some(t) if t.is_zero() => lock.try_acquire().await,
+            Some(t) => lock.acquire_timeout(t).await.map(Some),
+            None => lock.acquire().await.map(Some),
+        }
+    };
+    let acquired = tokio::select! {
+        acquired = progress::show_while(&session, &o.lockpath, "waiting for", acquire) => acquired,
+        sig = signals.recv() => {
+            // The acquire future is gone, which gives up our place; closing the session
+            // waits until the ensemble has removed our node.
+            drop(lock);
+            close(session, global.session_timeout).await;
+            eprintln!("zkfence: {} while waiting for {}: left the queue, nothing was run", signals::name(sig), o.lockpath);
+            return Ok(exit::by_signal(sig));
+        }
+    };
+    let lease = match acquired {
+        Ok(Some(lease)) => lease,
+        Ok(None) => {
+            let holder = holder_of(&lock).await;
+            drop(lock);
+            close(session, global.session_timeout).await;
+            return Err(Failure::new(
+                exit::TIMEOUT,
+                format!("{} is taken{holder}; did not wait (--timeout 0): try again later", o.lockpath),
+            ));
+        }
+        Err(err @ Error::Timeout { .. }) => {
+            let holder = holder_of(&lock).await;
+            drop(lock);
+            close(session, global.session_timeout).await;
+            return Err(Failure::new(exit::TIMEOUT, format!("{err}{holder}")));
+        }
+        Err(err) => return Err(err.into()),
+    };
+    drop(lock);
+    hold(lease, session, &o, &mut signals).await
+}
+
+/// Runs CMD under the lease, then releases it.
+async fn hold(lease: Lease, session: Session, o: &Options, signals: &mut Signals) -> Result<u8, Failure> {
+    tracing::info!(path = %o.lockpath, token = %lease.token(), "lock acquired: running CMD");
+    let env = [
+        ("ZKFENCE_TOKEN", lease.token().to_string()),
+        ("ZKFENCE_LOCK_PATH", o.lockpath.clone()),
+        ("ZKFENCE_NODE", lease.path().to_string()),
+    ];
+    let mut cmd = match Cmd::spawn(&o.cmd, &env) {
+        Ok(cmd) => cmd,
+        Err(failure) => {
+            release_and_close(lease, session).await;
+            return Err(failure);
+        }
+    };
+    match cmd.supervise(lease.lost(), signals, o.grace).await {
+        Outcome::Exited { status, .. } => {
+            release_and_close(lease, session).await;
+            Ok(child::code_of(status))
+        }
+        Outcome::Lost(reason) => {
+            eprintln!(
+                "zkfence: lost the lock on {} ({reason}) while {} ran: stopping it (SIGTERM, SIGKILL after {:?}); \
+                 anything it writes from now on carries the stale token {}",
+                o.lockpath,
+                cmd.name(),
+                o.grace,
+                lease.token()
+            );
+            cmd.terminate(o.grace).await;
+            drop(lease);
+            close(session, Duration::from_secs(1)).await;
+            Ok(exit::LOST)
+        }
+    }
+}
+
+/// ", held by ID (host, pid N), token T, session 0x…" for the current holder, if any.
+async fn holder_of(lock: &Lock) -> String {
+    match tokio::time::timeout(Duration::from_secs(2), lock.contenders()).await {
+        Ok(Ok(contenders)) => match contenders.first() {
+            Some(h) => format!(
+                "; holder: {} with token {}, session {}, for {:.1}s",
+                h.owner,
+                h.token,
+                crate::status::session_hex(h.session_id),
+                crate::status::age_ms(h.created_ms) as f64 / 1000.0
+            ),
+            None => String::new(),
+        },
+        _ => String::new(),
+    }
+}
+
+/// The command line, shortened: what `status` shows when no --id is given.
+fn default_id(cmd: &[String]) -> String {
+    let line = cmd.join(" ");
+    if line.chars().count() <= 64 {
+        line
+    } else {
+        format!("{}…", line.chars().take(63).collect::<String>())
+    }
+}

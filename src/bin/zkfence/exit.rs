@@ -1,0 +1,82 @@
+//! Exit codes, and the one-line failure every command ends with when it cannot do its job.
+
+use zkfence::Error;
+
+/// Success (or CMD's own code, for `exec` and `elect`).
+pub const OK: u8 = 0;
+/// Any other error.
+pub const ERROR: u8 = 1;
+/// Bad usage: arguments, paths, connect string (clap uses 2 as well).
+pub const USAGE: u8 = 2;
+/// No session: the ensemble is unreachable, or the session expired or was closed.
+pub const UNAVAILABLE: u8 = 3;
+/// The ensemble refused our credentials or an ACL denied us.
+pub const DENIED: u8 = 4;
+/// The lock was not acquired within `--timeout` (sysexits' EX_TEMPFAIL: try again later).
+pub const TIMEOUT: u8 = 75;
+/// The lock or leadership was lost while CMD ran; CMD was terminated.
+pub const LOST: u8 = 76;
+/// CMD exists but could not be executed (shell convention).
+pub const CANNOT_EXECUTE: u8 = 126;
+/// CMD was not found (shell convention).
+pub const NOT_FOUND: u8 = 127;
+
+/// The exit code for "ended by signal `sig`" (shell convention: 128 + the signal number).
+pub fn by_signal(sig: i32) -> u8 {
+    (128 + sig).clamp(0, 255) as u8
+}
+
+/// The exit-code table shown by `--help`.
+pub const HELP: &str = "\
+Exit codes:
+  0        success; for exec and elect: CMD's own exit code
+  1        error (for demo: a promise did not hold)
+  2        usage error: bad arguments, path or connect string
+  3        ZooKeeper unreachable, or the session expired or was closed
+  4        authentication failed or an ACL denied access
+  75       exec --timeout passed before the lock was acquired (EX_TEMPFAIL)
+  76       the lock (exec) or leadership (elect --once) was lost while CMD ran; CMD was terminated
+  126/127  CMD could not be executed / was not found
+  128+N    zkfence or CMD ended by signal N (e.g. 143 after SIGTERM), the lock released first";
+
+/// Why a command stopped: its exit code and one line saying what happened and what to do.
+#[derive(Debug)]
+pub struct Failure {
+    pub code: u8,
+    pub message: String,
+}
+
+impl Failure {
+    pub fn new(code: u8, message: impl Into<String>) -> Failure {
+        Failure { code, message: message.into() }
+    }
+}
+
+/// The exit code that fits a library error.
+pub fn code_of(err: &Error) -> u8 {
+    match err {
+        Error::InvalidPath { .. } | Error::InvalidConnectString { .. } => USAGE,
+        Error::Unreachable { .. }
+        | Error::SessionExpired
+        | Error::SessionClosed
+        | Error::Unavailable { .. }
+        | Error::ChrootMissing { .. } => UNAVAILABLE,
+        Error::AuthFailed | Error::NoAuth { .. } => DENIED,
+        Error::Timeout { .. } => TIMEOUT,
+        Error::LockLost { .. } => LOST,
+        _ => ERROR,
+    }
+}
+
+impl From<Error> for Failure {
+    fn from(err: Error) -> Failure {
+        // The library's messages already say what to do next.
+        Failure { code: code_of(&err), message: err.to_string() }
+    }
+}
+
+impl From<zkfence_testcontainers::HarnessError> for Failure {
+    fn from(err: zkfence_testcontainers::HarnessError) -> Failure {
+        Failure::new(ERROR, format!("could not run a local ZooKeeper ensemble: {err}"))
+    }
+}
