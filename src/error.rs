@@ -87,16 +87,19 @@ pub enum Error {
     },
 
     /// The ZooKeeper session expired: every lock and leadership it held is released.
-    #[error("the ZooKeeper session expired, which released every lock it held; connect a new Session")]
+    #[error(
+        "the ZooKeeper session expired, which released every lock it held; connect a new Session"
+    )]
     SessionExpired,
 
-    /// The session was closed by [`Session::close`](crate::Session::close) or dropped.
+    /// The session was closed (its last handle was dropped).
     #[error("the ZooKeeper session is closed; connect a new Session")]
     SessionClosed,
 
     /// `acquire_timeout` gave up. The waiter's node has been removed; nothing is held.
     #[error(
-        "timed out after {waited:?} waiting for {path}: {} waiting ahead of us{}; nothing was acquired, try again later",
+        "timed out after {:.1}s waiting for {path}: {} ahead of us{}; nothing was acquired, try again later",
+        waited.as_secs_f64(),
         ahead,
         holder.as_ref().map(|h| format!(", held by {h}")).unwrap_or_default()
     )]
@@ -107,7 +110,8 @@ pub enum Error {
         waited: Duration,
         /// How many contenders were ahead of us at the last look (the holder included).
         ahead: usize,
-        /// The holder at the last look: its node name and owner id, if known.
+        /// The holder at the last look: its node name, with its owner (id, host, pid) when
+        /// it could be read.
         holder: Option<String>,
     },
 
@@ -178,20 +182,33 @@ pub enum Error {
 impl Error {
     /// True when the session can no longer be used: connect a new [`Session`](crate::Session).
     pub fn is_session_terminal(&self) -> bool {
-        matches!(self, Error::SessionExpired | Error::SessionClosed | Error::AuthFailed)
-            || matches!(self, Error::LockLost { reason, .. } if reason.is_session_terminal())
+        matches!(
+            self,
+            Error::SessionExpired | Error::SessionClosed | Error::AuthFailed
+        ) || matches!(self, Error::LockLost { reason, .. } if reason.is_session_terminal())
     }
 
     /// Maps a client error for `operation` on `path`, turning the errors callers act on into
     /// their own variants.
-    pub(crate) fn zk(operation: &'static str, path: &str, source: zookeeper_client::Error) -> Error {
+    pub(crate) fn zk(
+        operation: &'static str,
+        path: &str,
+        source: zookeeper_client::Error,
+    ) -> Error {
         use zookeeper_client::Error as Zk;
         match source {
             Zk::SessionExpired => Error::SessionExpired,
             Zk::ClientClosed => Error::SessionClosed,
             Zk::AuthFailed => Error::AuthFailed,
-            Zk::NoAuth => Error::NoAuth { path: path.to_string(), operation },
-            source => Error::ZooKeeper { operation, path: path.to_string(), source },
+            Zk::NoAuth => Error::NoAuth {
+                path: path.to_string(),
+                operation,
+            },
+            source => Error::ZooKeeper {
+                operation,
+                path: path.to_string(),
+                source,
+            },
         }
     }
 }
@@ -208,11 +225,25 @@ mod tests {
 
     #[test]
     fn messages_say_what_to_do() {
-        let e = Error::InvalidPath { path: "locks".into(), reason: "it must start with '/'" };
+        let e = Error::InvalidPath {
+            path: "locks".into(),
+            reason: "it must start with '/'",
+        };
         assert!(e.to_string().contains("use an absolute path"));
-        let e = Error::Timeout { path: "/l".into(), waited: Duration::from_secs(1), ahead: 2, holder: Some("n1".into()) };
+        let e = Error::Timeout {
+            path: "/l".into(),
+            waited: Duration::from_secs(1),
+            ahead: 2,
+            holder: Some("n1".into()),
+        };
         let s = e.to_string();
-        assert!(s.contains("2 waiting ahead") && s.contains("held by n1") && s.contains("try again"), "{s}");
+        assert!(
+            s.contains("after 1.0s")
+                && s.contains("2 ahead")
+                && s.contains("held by n1")
+                && s.contains("try again"),
+            "{s}"
+        );
         assert!(Error::SessionExpired.is_session_terminal());
         assert!(!e.is_session_terminal());
     }

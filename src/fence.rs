@@ -39,20 +39,27 @@ pub struct StaleToken {
 impl Fence {
     /// A fence that has admitted nothing yet.
     pub const fn new() -> Self {
-        Fence { newest: AtomicU64::new(0) }
+        Fence {
+            newest: AtomicU64::new(0),
+        }
     }
 
     /// A fence resuming from the newest token a previous incarnation admitted (persist it
     /// with the resource's data).
     pub const fn starting_at(newest: FencingToken) -> Self {
-        Fence { newest: AtomicU64::new(newest.get()) }
+        Fence {
+            newest: AtomicU64::new(newest.get()),
+        }
     }
 
     /// Admits `token` if it is at least as new as every token admitted before.
     pub fn admit(&self, token: FencingToken) -> Result<(), StaleToken> {
         let previous = self.newest.fetch_max(token.get(), Ordering::AcqRel);
         if token.get() < previous {
-            Err(StaleToken { token, newest: FencingToken::new(previous) })
+            Err(StaleToken {
+                token,
+                newest: FencingToken::new(previous),
+            })
         } else {
             Ok(())
         }

@@ -129,14 +129,20 @@ pub struct Lock {
 
 impl fmt::Debug for Lock {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Lock").field("path", &self.queue.dir).field("format", &self.queue.format).finish()
+        f.debug_struct("Lock")
+            .field("path", &self.queue.dir)
+            .field("format", &self.queue.format)
+            .finish()
     }
 }
 
 impl Lock {
     pub(crate) fn new(session: Session, path: &str) -> Lock {
         let owner = OwnerInfo::for_this_process(None);
-        Lock { queue: Queue::new(session, path, NodeFormat::default(), &owner), busy: Arc::new(AtomicBool::new(false)) }
+        Lock {
+            queue: Queue::new(session, path, NodeFormat::default(), &owner),
+            busy: Arc::new(AtomicBool::new(false)),
+        }
     }
 
     /// Uses another node layout, e.g. [`NodeFormat::Kazoo`] to share the lock with Python
@@ -174,9 +180,13 @@ impl Lock {
 
     fn claim(&self) -> Result<Claim> {
         if self.busy.swap(true, Ordering::AcqRel) {
-            return Err(Error::AlreadyHeld { path: self.queue.dir.clone() });
+            return Err(Error::AlreadyHeld {
+                path: self.queue.dir.clone(),
+            });
         }
-        Ok(Claim { busy: Some(self.busy.clone()) })
+        Ok(Claim {
+            busy: Some(self.busy.clone()),
+        })
     }
 
     /// Waits in the queue until this contender holds the lock.
@@ -209,7 +219,11 @@ impl Lock {
     /// Returns `Ok(None)` when it is taken (after one read, without writing anything).
     pub async fn try_acquire(&self) -> Result<Option<Lease>> {
         let claim = self.claim()?;
-        Ok(self.queue.try_join(1).await?.map(|grant| self.lease(grant, claim)))
+        Ok(self
+            .queue
+            .try_join(1)
+            .await?
+            .map(|grant| self.lease(grant, claim)))
     }
 
     /// The contenders now: holder first, then the waiters in order.
@@ -218,7 +232,12 @@ impl Lock {
     }
 
     fn lease(&self, grant: Grant, claim: Claim) -> Lease {
-        Lease::new(self.queue.session.clone(), self.queue.dir.clone(), grant, claim)
+        Lease::new(
+            self.queue.session.clone(),
+            self.queue.dir.clone(),
+            grant,
+            claim,
+        )
     }
 }
 
@@ -305,7 +324,11 @@ impl fmt::Debug for Lease {
 impl Lease {
     pub(crate) fn new(session: Session, dir: String, grant: Grant, claim: Claim) -> Lease {
         let (tx, loss) = watch::channel(None);
-        let holding = Arc::new(Holding { node: grant.node.clone(), epoch: grant.epoch, loss: tx });
+        let holding = Arc::new(Holding {
+            node: grant.node.clone(),
+            epoch: grant.epoch,
+            loss: tx,
+        });
         let holding_id = session.shared().register(&holding);
         let lease = Lease {
             session,
@@ -375,7 +398,11 @@ impl Lease {
     /// something else owns it.
     pub(crate) fn loss_watch(&self) -> LossWatch {
         self.watch_node();
-        LossWatch { session: self.session.clone(), holding: self.holding.clone(), loss: self.loss.clone() }
+        LossWatch {
+            session: self.session.clone(),
+            holding: self.holding.clone(),
+            loss: self.loss.clone(),
+        }
     }
 
     /// Sets one watch on our node, so a deletion by someone else ends the lease.
@@ -388,7 +415,9 @@ impl Lease {
         let node = self.grant.node.clone();
         crate::session::spawn_detached(async move {
             loop {
-                let watch = crate::queue::retry_read(&shared, "watch", &node, || shared.client.check_and_watch_stat(&node));
+                let watch = crate::queue::retry_read(&shared, "watch", &node, || {
+                    shared.client.check_and_watch_stat(&node)
+                });
                 let deleted = match watch.await {
                     Ok((None, _)) => true,
                     Ok((Some(_), watcher)) => {
@@ -397,7 +426,9 @@ impl Lease {
                     }
                     Err(_) => return,
                 };
-                let Some(holding) = holding.upgrade() else { return };
+                let Some(holding) = holding.upgrade() else {
+                    return;
+                };
                 if deleted {
                     if holding.lose(LossReason::NodeDeleted) {
                         tracing::warn!(%node, "lease lost: our node was deleted by someone else");
@@ -434,7 +465,10 @@ impl Lease {
             LeaseState::Lost(reason) => reason,
             _ => LossReason::LeaseExpired,
         };
-        Error::LockLost { path: self.dir.clone(), reason }
+        Error::LockLost {
+            path: self.dir.clone(),
+            reason,
+        }
     }
 
     fn check_held(&self) -> Result<()> {
@@ -460,11 +494,20 @@ impl Lease {
         let persistent = zk::CreateMode::Persistent.with_acls(zk::Acls::new(&shared.acls));
         for op in ops {
             let (path, added) = match op {
-                FencedOp::Create { path, data } => (path, writer.add_create(path, data, &persistent)),
-                FencedOp::SetData { path, data, version } => (path, writer.add_set_data(path, data, *version)),
+                FencedOp::Create { path, data } => {
+                    (path, writer.add_create(path, data, &persistent))
+                }
+                FencedOp::SetData {
+                    path,
+                    data,
+                    version,
+                } => (path, writer.add_set_data(path, data, *version)),
                 FencedOp::Delete { path, version } => (path, writer.add_delete(path, *version)),
             };
-            added.map_err(|_| Error::InvalidPath { path: path.clone(), reason: "not a valid node path" })?;
+            added.map_err(|_| Error::InvalidPath {
+                path: path.clone(),
+                reason: "not a valid node path",
+            })?;
         }
         let sent = Instant::now();
         match writer.commit().await {
@@ -477,9 +520,15 @@ impl Lease {
                 Err(self.lost_error())
             }
             Err(zk::CheckWriteError::OperationFailed { index, source }) => {
-                Err(Error::FencedWriteFailed { path: self.dir.clone(), index, source })
+                Err(Error::FencedWriteFailed {
+                    path: self.dir.clone(),
+                    index,
+                    source,
+                })
             }
-            Err(zk::CheckWriteError::RequestFailed { source }) => Err(Error::zk("fenced write", &self.grant.node, source)),
+            Err(zk::CheckWriteError::RequestFailed { source }) => {
+                Err(Error::zk("fenced write", &self.grant.node, source))
+            }
         }
     }
 
@@ -523,7 +572,11 @@ impl Drop for Lease {
     }
 }
 
-fn lease_state(session: &Session, holding: &Holding, loss: &watch::Receiver<Option<LossReason>>) -> LeaseState {
+fn lease_state(
+    session: &Session,
+    holding: &Holding,
+    loss: &watch::Receiver<Option<LossReason>>,
+) -> LeaseState {
     if let Some(reason) = *loss.borrow() {
         return LeaseState::Lost(reason);
     }

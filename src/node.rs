@@ -46,7 +46,9 @@ impl std::str::FromStr for NodeFormat {
         match s {
             "curator" => Ok(NodeFormat::Curator),
             "kazoo" => Ok(NodeFormat::Kazoo),
-            other => Err(format!("unknown node format {other:?}: expected \"curator\" or \"kazoo\"")),
+            other => Err(format!(
+                "unknown node format {other:?}: expected \"curator\" or \"kazoo\""
+            )),
         }
     }
 }
@@ -66,8 +68,10 @@ pub(crate) fn sequence_of(name: &str) -> Option<i64> {
 
 /// Keeps the children that are contenders and sorts them into queue order.
 pub(crate) fn queue_order(children: Vec<String>) -> Vec<(i64, String)> {
-    let mut queue: Vec<(i64, String)> =
-        children.into_iter().filter_map(|name| sequence_of(&name).map(|seq| (seq, name))).collect();
+    let mut queue: Vec<(i64, String)> = children
+        .into_iter()
+        .filter_map(|name| sequence_of(&name).map(|seq| (seq, name)))
+        .collect();
     queue.sort();
     queue
 }
@@ -90,7 +94,10 @@ pub(crate) fn validate_path(path: &str) -> Result<()> {
         Some("'.' and '..' segments are not allowed")
     } else if path.len() > 1024 {
         Some("it is longer than 1024 bytes")
-    } else if path.chars().any(|c| ('\u{1}'..='\u{1f}').contains(&c) || ('\u{7f}'..='\u{9f}').contains(&c)) {
+    } else if path
+        .chars()
+        .any(|c| ('\u{1}'..='\u{1f}').contains(&c) || ('\u{7f}'..='\u{9f}').contains(&c))
+    {
         Some("it contains a control character")
     } else if path.split('/').any(|s| s == "zookeeper") && path.starts_with("/zookeeper") {
         Some("/zookeeper is reserved by ZooKeeper")
@@ -98,7 +105,10 @@ pub(crate) fn validate_path(path: &str) -> Result<()> {
         None
     };
     match reason {
-        Some(reason) => Err(Error::InvalidPath { path: path.to_string(), reason }),
+        Some(reason) => Err(Error::InvalidPath {
+            path: path.to_string(),
+            reason,
+        }),
         None => Ok(()),
     }
 }
@@ -134,7 +144,13 @@ impl OwnerInfo {
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_millis() as u64)
             .ok();
-        OwnerInfo { id: id.map(str::to_string), host, pid: Some(std::process::id()), enqueued_at_ms: at, raw: vec![] }
+        OwnerInfo {
+            id: id.map(str::to_string),
+            host,
+            pid: Some(std::process::id()),
+            enqueued_at_ms: at,
+            raw: vec![],
+        }
     }
 
     /// Serialises to the node data format.
@@ -158,8 +174,13 @@ impl OwnerInfo {
 
     /// Parses node data written by us or by another client.
     pub fn decode(data: &[u8]) -> OwnerInfo {
-        let mut info = OwnerInfo { raw: data.to_vec(), ..OwnerInfo::default() };
-        let Ok(text) = std::str::from_utf8(data) else { return info };
+        let mut info = OwnerInfo {
+            raw: data.to_vec(),
+            ..OwnerInfo::default()
+        };
+        let Ok(text) = std::str::from_utf8(data) else {
+            return info;
+        };
         let mut ours = false;
         for line in text.lines() {
             if let Some((k, v)) = line.split_once('=') {
@@ -200,8 +221,11 @@ mod tests {
     #[test]
     fn sequences() {
         assert_eq!(sequence_of("_c_abc-lock-0000000042"), Some(42));
-        assert_eq!(sequence_of("0123456789abcdef0123456789abcdef__lock__0000000007"), Some(7));
-        assert_eq!(sequence_of("x-0000000005"), Some(-5));
+        assert_eq!(
+            sequence_of("0123456789abcdef0123456789abcdef__lock__0000000007"),
+            Some(7)
+        );
+        assert_eq!(sequence_of("x-lock--000000005"), Some(-5));
         assert_eq!(sequence_of("lock-2147483647"), Some(i32::MAX as i64));
         assert_eq!(sequence_of("notes"), None);
         assert_eq!(sequence_of("000000001"), None);
@@ -217,20 +241,45 @@ mod tests {
             "foreign-0000000002".into(),
         ]);
         let names: Vec<_> = q.iter().map(|(_, n)| n.as_str()).collect();
-        assert_eq!(names, ["_c_u-lock-0000000001", "foreign-0000000002", "abc__lock__0000000003"]);
+        assert_eq!(
+            names,
+            [
+                "_c_u-lock-0000000001",
+                "foreign-0000000002",
+                "abc__lock__0000000003"
+            ]
+        );
     }
 
     #[test]
     fn formats_match_peers() {
         let u = uuid::Uuid::nil();
-        assert_eq!(NodeFormat::Curator.prefix(&u), "_c_00000000-0000-0000-0000-000000000000-lock-");
-        assert_eq!(NodeFormat::Kazoo.prefix(&u), "00000000000000000000000000000000__lock__");
-        assert!(NodeFormat::Kazoo.prefix(&u).starts_with(&NodeFormat::Kazoo.marker(&u)));
+        assert_eq!(
+            NodeFormat::Curator.prefix(&u),
+            "_c_00000000-0000-0000-0000-000000000000-lock-"
+        );
+        assert_eq!(
+            NodeFormat::Kazoo.prefix(&u),
+            "00000000000000000000000000000000__lock__"
+        );
+        assert!(NodeFormat::Kazoo
+            .prefix(&u)
+            .starts_with(&NodeFormat::Kazoo.marker(&u)));
     }
 
     #[test]
     fn paths() {
-        for bad in ["", "locks", "/", "/a/", "//a", "/a//b", "/a\0b", "/a/../b", "/zookeeper/x"] {
+        for bad in [
+            "",
+            "locks",
+            "/",
+            "/a/",
+            "//a",
+            "/a//b",
+            "/a\0b",
+            "/a/../b",
+            "/zookeeper/x",
+        ] {
             assert!(validate_path(bad).is_err(), "{bad:?} should be rejected");
         }
         assert!(validate_path(&format!("/{}", "a".repeat(1100))).is_err());
@@ -241,9 +290,21 @@ mod tests {
 
     #[test]
     fn owner_round_trip() {
-        let o = OwnerInfo { id: Some("node-a".into()), host: Some("h".into()), pid: Some(7), enqueued_at_ms: Some(5), raw: vec![] };
+        let o = OwnerInfo {
+            id: Some("node-a".into()),
+            host: Some("h".into()),
+            pid: Some(7),
+            enqueued_at_ms: Some(5),
+            raw: vec![],
+        };
         let d = OwnerInfo::decode(&o.encode());
-        assert_eq!((d.id, d.host, d.pid, d.enqueued_at_ms), (o.id, o.host, o.pid, o.enqueued_at_ms));
-        assert_eq!(OwnerInfo::decode(b"kazoo-ident").id.as_deref(), Some("kazoo-ident"));
+        assert_eq!(
+            (d.id, d.host, d.pid, d.enqueued_at_ms),
+            (o.id, o.host, o.pid, o.enqueued_at_ms)
+        );
+        assert_eq!(
+            OwnerInfo::decode(b"kazoo-ident").id.as_deref(),
+            Some("kazoo-ident")
+        );
     }
 }

@@ -104,21 +104,39 @@ impl Pending {
         if !std::mem::replace(&mut self.armed, false) {
             return;
         }
-        cleanup(self.shared.clone(), self.dir.clone(), self.marker.clone(), self.node.take(), self.sent).await;
+        cleanup(
+            self.shared.clone(),
+            self.dir.clone(),
+            self.marker.clone(),
+            self.node.take(),
+            self.sent,
+        )
+        .await;
     }
 }
 
 impl Drop for Pending {
     fn drop(&mut self) {
         if self.armed {
-            let (shared, dir, marker, node, sent) =
-                (self.shared.clone(), self.dir.clone(), self.marker.clone(), self.node.take(), self.sent);
+            let (shared, dir, marker, node, sent) = (
+                self.shared.clone(),
+                self.dir.clone(),
+                self.marker.clone(),
+                self.node.take(),
+                self.sent,
+            );
             crate::session::spawn_detached(cleanup(shared, dir, marker, node, sent));
         }
     }
 }
 
-async fn cleanup(shared: Arc<Shared>, dir: String, marker: String, node: Option<String>, sent: bool) {
+async fn cleanup(
+    shared: Arc<Shared>,
+    dir: String,
+    marker: String,
+    node: Option<String>,
+    sent: bool,
+) {
     let node = match node {
         Some(node) => Some(node),
         // The create may still have happened: requests on one connection are answered in
@@ -145,7 +163,9 @@ async fn cleanup(shared: Arc<Shared>, dir: String, marker: String, node: Option<
     if let Some(node) = node {
         match shared.delete_until_gone(&node).await {
             Ok(()) => tracing::debug!(%node, "left the queue"),
-            Err(err) => tracing::warn!(%node, %err, "could not delete our node; it disappears with the session"),
+            Err(err) => {
+                tracing::warn!(%node, %err, "could not delete our node; it disappears with the session")
+            }
         }
     }
 }
@@ -153,14 +173,20 @@ async fn cleanup(shared: Arc<Shared>, dir: String, marker: String, node: Option<
 /// Finds our node after a create whose outcome is unknown: a child carrying our marker and
 /// owned by our session. Returns `(path, sequence, czxid)`.
 async fn find_own(shared: &Shared, dir: &str, marker: &str) -> Result<Option<(String, i64, i64)>> {
-    let children = match retry_read(shared, "list", dir, || shared.client.list_children(dir)).await {
+    let children = match retry_read(shared, "list", dir, || shared.client.list_children(dir)).await
+    {
         Ok(children) => children,
-        Err(Error::ZooKeeper { source: zk::Error::NoNode, .. }) => return Ok(None),
+        Err(Error::ZooKeeper {
+            source: zk::Error::NoNode,
+            ..
+        }) => return Ok(None),
         Err(err) => return Err(err),
     };
     let my_session = shared.client.session_id().0;
     for name in children.into_iter().filter(|c| c.starts_with(marker)) {
-        let Some(sequence) = node::sequence_of(&name) else { continue };
+        let Some(sequence) = node::sequence_of(&name) else {
+            continue;
+        };
         let path = format!("{dir}/{name}");
         let stat = retry_read(shared, "stat", &path, || shared.client.check_stat(&path)).await?;
         if let Some(stat) = stat {
@@ -174,7 +200,12 @@ async fn find_own(shared: &Shared, dir: &str, marker: &str) -> Result<Option<(St
 }
 
 /// Retries an idempotent read through connection loss.
-pub(crate) async fn retry_read<T, F, Fut>(shared: &Shared, operation: &'static str, path: &str, f: F) -> Result<T>
+pub(crate) async fn retry_read<T, F, Fut>(
+    shared: &Shared,
+    operation: &'static str,
+    path: &str,
+    f: F,
+) -> Result<T>
 where
     F: Fn() -> Fut,
     Fut: std::future::Future<Output = std::result::Result<T, zk::Error>>,
@@ -196,7 +227,13 @@ where
 
 impl Queue {
     pub(crate) fn new(session: Session, dir: &str, format: NodeFormat, owner: &OwnerInfo) -> Queue {
-        Queue { session, dir: dir.to_string(), format, data: owner.encode(), uuid: None }
+        Queue {
+            session,
+            dir: dir.to_string(),
+            format,
+            data: owner.encode(),
+            uuid: None,
+        }
     }
 
     fn shared(&self) -> &Arc<Shared> {
@@ -221,20 +258,24 @@ impl Queue {
         };
         let mut progress = Progress::default();
         let started = Instant::now();
-        let span = tracing::info_span!("zkfence.acquire", dir = %self.dir, node = tracing::field::Empty);
-        let wait = self.enqueue_and_wait(&uuid, permits, &mut pending, &mut progress).instrument(span);
+        let span =
+            tracing::info_span!("zkfence.acquire", dir = %self.dir, node = tracing::field::Empty);
+        let wait = self
+            .enqueue_and_wait(&uuid, permits, &mut pending, &mut progress)
+            .instrument(span);
         let timed = match deadline {
             None => Ok(wait.await),
             Some(deadline) => tokio::time::timeout_at(deadline, wait).await,
         };
-        let result = timed.unwrap_or_else(|_| {
-            Err(Error::Timeout {
+        let result = match timed {
+            Ok(result) => result,
+            Err(_) => Err(Error::Timeout {
                 path: self.dir.clone(),
                 waited: started.elapsed(),
                 ahead: progress.ahead,
-                holder: progress.holder.clone(),
-            })
-        });
+                holder: self.describe(progress.holder.as_deref()).await,
+            }),
+        };
         match result {
             Ok(grant) => {
                 pending.disarm();
@@ -247,16 +288,42 @@ impl Queue {
         }
     }
 
+    /// `name (owner)` of a contender, for error messages; one read, only on the error path.
+    async fn describe(&self, name: Option<&str>) -> Option<String> {
+        let name = name?;
+        let path = format!("{}/{name}", self.dir);
+        match tokio::time::timeout(Duration::from_secs(1), self.shared().client.get_data(&path))
+            .await
+        {
+            Ok(Ok((data, _))) => Some(format!("{name} ({})", OwnerInfo::decode(&data))),
+            _ => Some(name.to_string()),
+        }
+    }
+
     /// Joins without waiting: `Ok(None)` if `permits` contenders are already ahead.
     pub(crate) async fn try_join(&self, permits: usize) -> Result<Option<Grant>> {
         node::validate_path(&self.dir)?;
         // A read first: when the lock is taken we answer without writing anything.
         let shared = self.shared();
-        match retry_read(shared, "list", &self.dir, || shared.client.list_children(&self.dir)).await {
-            Ok(children) if children.iter().filter(|c| node::sequence_of(c).is_some()).count() >= permits => {
+        match retry_read(shared, "list", &self.dir, || {
+            shared.client.list_children(&self.dir)
+        })
+        .await
+        {
+            Ok(children)
+                if children
+                    .iter()
+                    .filter(|c| node::sequence_of(c).is_some())
+                    .count()
+                    >= permits =>
+            {
                 return Ok(None)
             }
-            Ok(_) | Err(Error::ZooKeeper { source: zk::Error::NoNode, .. }) => {}
+            Ok(_)
+            | Err(Error::ZooKeeper {
+                source: zk::Error::NoNode,
+                ..
+            }) => {}
             Err(err) => return Err(err),
         }
         let uuid = self.uuid.unwrap_or_else(uuid::Uuid::new_v4);
@@ -271,7 +338,10 @@ impl Queue {
         let result = async {
             let (node, sequence, czxid) = self.enqueue(&uuid, &mut pending).await?;
             let mut progress = Progress::default();
-            match self.position(&node, &pending.marker, permits, &mut progress).await? {
+            match self
+                .position(&node, &pending.marker, permits, &mut progress)
+                .await?
+            {
                 Position::Holds => self.grant(node, sequence, czxid).await.map(Some),
                 Position::Waits { .. } => Ok(None),
             }
@@ -299,11 +369,16 @@ impl Queue {
         let (node, sequence, czxid) = self.enqueue(uuid, pending).await?;
         tracing::Span::current().record("node", node.as_str());
         let marker = pending.marker.clone();
-        self.wait(node, sequence, czxid, &marker, permits, progress).await
+        self.wait(node, sequence, czxid, &marker, permits, progress)
+            .await
     }
 
     /// Step 1: the protected create. Returns `(path, sequence, czxid)`.
-    async fn enqueue(&self, uuid: &uuid::Uuid, pending: &mut Pending) -> Result<(String, i64, i64)> {
+    async fn enqueue(
+        &self,
+        uuid: &uuid::Uuid,
+        pending: &mut Pending,
+    ) -> Result<(String, i64, i64)> {
         let shared = self.shared();
         let prefix = format!("{}/{}", self.dir, self.format.prefix(uuid));
         let acls = zk::Acls::new(&shared.acls);
@@ -325,7 +400,9 @@ impl Queue {
                     self.make_dir().await?;
                 }
                 Err(zk::Error::ConnectionLoss | zk::Error::Custom(_) | zk::Error::Timeout) => {
-                    if let Some((node, sequence, czxid)) = find_own(shared, &self.dir, &pending.marker).await? {
+                    if let Some((node, sequence, czxid)) =
+                        find_own(shared, &self.dir, &pending.marker).await?
+                    {
                         tracing::info!(%node, token = sequence, "enqueued (found our node after a lost answer)");
                         pending.node = Some(node.clone());
                         return Ok((node, sequence, czxid));
@@ -365,7 +442,9 @@ impl Queue {
                     tokio::time::sleep(Duration::from_millis(20)).await;
                 }
                 Err(zk::Error::NoNode) => {
-                    return Err(Error::ChrootMissing { chroot: shared.client.path().to_string() })
+                    return Err(Error::ChrootMissing {
+                        chroot: shared.client.path().to_string(),
+                    })
                 }
                 Err(zk::Error::NoChildrenForEphemerals) => {
                     return Err(Error::InvalidPath {
@@ -384,14 +463,29 @@ impl Queue {
     /// our marker owned by our session is a create whose answer was lost and which committed
     /// after we had looked for it: an orphan of ours, which would sit ahead of us forever.
     /// It is deleted here, at no cost on the normal path (the listing is needed anyway).
-    async fn position(&self, node: &str, marker: &str, permits: usize, progress: &mut Progress) -> Result<Position> {
+    async fn position(
+        &self,
+        node: &str,
+        marker: &str,
+        permits: usize,
+        progress: &mut Progress,
+    ) -> Result<Position> {
         let shared = self.shared();
         loop {
             Counters::bump(&shared.counters.listings);
-            let children = match retry_read(shared, "list", &self.dir, || shared.client.list_children(&self.dir)).await {
+            let children = match retry_read(shared, "list", &self.dir, || {
+                shared.client.list_children(&self.dir)
+            })
+            .await
+            {
                 Ok(children) => children,
-                Err(Error::ZooKeeper { source: zk::Error::NoNode, .. }) => {
-                    return Err(Error::NodeDeleted { node: node.to_string() })
+                Err(Error::ZooKeeper {
+                    source: zk::Error::NoNode,
+                    ..
+                }) => {
+                    return Err(Error::NodeDeleted {
+                        node: node.to_string(),
+                    })
                 }
                 Err(err) => return Err(err),
             };
@@ -419,12 +513,21 @@ impl Queue {
 
     /// Deletes children carrying our marker, other than `ours`, that our session owns.
     /// Returns true if it deleted any.
-    async fn delete_own_orphans(&self, queue: &[(i64, String)], ours: &str, marker: &str) -> Result<bool> {
+    async fn delete_own_orphans(
+        &self,
+        queue: &[(i64, String)],
+        ours: &str,
+        marker: &str,
+    ) -> Result<bool> {
         let shared = self.shared();
         let mut deleted = false;
-        for (_, name) in queue.iter().filter(|(_, n)| n != ours && n.starts_with(marker)) {
+        for (_, name) in queue
+            .iter()
+            .filter(|(_, n)| n != ours && n.starts_with(marker))
+        {
             let path = format!("{}/{name}", self.dir);
-            let stat = retry_read(shared, "stat", &path, || shared.client.check_stat(&path)).await?;
+            let stat =
+                retry_read(shared, "stat", &path, || shared.client.check_stat(&path)).await?;
             if stat.is_some_and(|s| s.ephemeral_owner == shared.client.session_id().0) {
                 tracing::warn!(node = %path, "deleting a duplicate node of ours left by a create whose answer was lost");
                 shared.delete_until_gone(&path).await?;
@@ -439,7 +542,9 @@ impl Queue {
         match self.shared().clock().state {
             crate::SessionState::Expired => Error::SessionExpired,
             crate::SessionState::Closed | crate::SessionState::AuthFailed => Error::SessionClosed,
-            _ => Error::NodeDeleted { node: node.to_string() },
+            _ => Error::NodeDeleted {
+                node: node.to_string(),
+            },
         }
     }
 
@@ -455,14 +560,21 @@ impl Queue {
     ) -> Result<Grant> {
         let shared = self.shared();
         loop {
-            let (index, predecessor, predecessor_is_head) = match self.position(&node, marker, permits, progress).await? {
-                Position::Holds => return self.grant(node, sequence, czxid).await,
-                Position::Waits { index, predecessor, predecessor_is_head } => (index, predecessor, predecessor_is_head),
-            };
+            let (index, predecessor, predecessor_is_head) =
+                match self.position(&node, marker, permits, progress).await? {
+                    Position::Holds => return self.grant(node, sequence, czxid).await,
+                    Position::Waits {
+                        index,
+                        predecessor,
+                        predecessor_is_head,
+                    } => (index, predecessor, predecessor_is_head),
+                };
             tracing::info!(position = index, ahead = index, holder = ?progress.holder, "queued");
             Counters::bump(&shared.counters.watches);
-            let (stat, watcher) =
-                retry_read(shared, "watch", &predecessor, || shared.client.check_and_watch_stat(&predecessor)).await?;
+            let (stat, watcher) = retry_read(shared, "watch", &predecessor, || {
+                shared.client.check_and_watch_stat(&predecessor)
+            })
+            .await?;
             if stat.is_none() {
                 continue; // already gone: look again
             }
@@ -475,8 +587,12 @@ impl Queue {
                     // a permit: nothing smaller than our sequence can appear, so we hold.
                     return self.grant(node, sequence, czxid).await;
                 }
-                (zk::EventType::Session, zk::SessionState::Expired) => return Err(Error::SessionExpired),
-                (zk::EventType::Session, zk::SessionState::AuthFailed) => return Err(Error::AuthFailed),
+                (zk::EventType::Session, zk::SessionState::Expired) => {
+                    return Err(Error::SessionExpired)
+                }
+                (zk::EventType::Session, zk::SessionState::AuthFailed) => {
+                    return Err(Error::AuthFailed)
+                }
                 (zk::EventType::Session, _) => return Err(Error::SessionClosed),
                 _ => {} // deleted deeper in the queue, or changed: look again
             }
@@ -498,7 +614,9 @@ impl Queue {
         if !clock.holds(clock.epoch, Instant::now()) {
             return Err(match clock.state {
                 crate::SessionState::Expired => Error::SessionExpired,
-                crate::SessionState::Closed | crate::SessionState::AuthFailed => Error::SessionClosed,
+                crate::SessionState::Closed | crate::SessionState::AuthFailed => {
+                    Error::SessionClosed
+                }
                 _ => Error::Unavailable {
                     operation: "confirm grant",
                     path: node,
@@ -507,7 +625,12 @@ impl Queue {
             });
         }
         tracing::info!(%node, token = sequence, "granted");
-        Ok(Grant { node, sequence, czxid, epoch: clock.epoch })
+        Ok(Grant {
+            node,
+            sequence,
+            czxid,
+            epoch: clock.epoch,
+        })
     }
 
     /// One round trip that proves the session is alive and our node exists (sync, then
@@ -529,17 +652,30 @@ pub(crate) async fn confirm(shared: &Shared, node: &str) -> Result<Instant> {
         let sent = Instant::now();
         let sync = shared.client.sync(node);
         let stat = shared.client.check_stat(node);
-        let answer = tokio::time::timeout(shared.session_timeout, async { (sync.await, stat.await) }).await;
+        let answer =
+            tokio::time::timeout(shared.session_timeout, async { (sync.await, stat.await) }).await;
         match answer {
             Err(_) => {
-                return Err(Error::Unavailable { operation: "confirm", path: node.to_string(), waited: shared.session_timeout })
+                return Err(Error::Unavailable {
+                    operation: "confirm",
+                    path: node.to_string(),
+                    waited: shared.session_timeout,
+                })
             }
             Ok((_, Ok(Some(_)))) => {
                 shared.renewed(sent);
                 return Ok(sent + shared.session_timeout);
             }
-            Ok((_, Ok(None))) => return Err(Error::NodeDeleted { node: node.to_string() }),
-            Ok((Err(zk::Error::NoNode), _)) => return Err(Error::NodeDeleted { node: node.to_string() }),
+            Ok((_, Ok(None))) => {
+                return Err(Error::NodeDeleted {
+                    node: node.to_string(),
+                })
+            }
+            Ok((Err(zk::Error::NoNode), _)) => {
+                return Err(Error::NodeDeleted {
+                    node: node.to_string(),
+                })
+            }
             Ok((_, Err(zk::Error::ConnectionLoss | zk::Error::Custom(_) | zk::Error::Timeout))) => {
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
@@ -550,9 +686,13 @@ pub(crate) async fn confirm(shared: &Shared, node: &str) -> Result<Instant> {
 
 /// See [`Queue::contenders`].
 pub(crate) async fn list_contenders(shared: &Shared, dir: &str) -> Result<Vec<Contender>> {
-    let children = match retry_read(shared, "list", dir, || shared.client.list_children(dir)).await {
+    let children = match retry_read(shared, "list", dir, || shared.client.list_children(dir)).await
+    {
         Ok(children) => children,
-        Err(Error::ZooKeeper { source: zk::Error::NoNode, .. }) => return Ok(vec![]),
+        Err(Error::ZooKeeper {
+            source: zk::Error::NoNode,
+            ..
+        }) => return Ok(vec![]),
         Err(err) => return Err(err),
     };
     let queue = node::queue_order(children);
@@ -587,5 +727,9 @@ pub(crate) async fn list_contenders(shared: &Shared, dir: &str) -> Result<Vec<Co
 
 enum Position {
     Holds,
-    Waits { index: usize, predecessor: String, predecessor_is_head: bool },
+    Waits {
+        index: usize,
+        predecessor: String,
+        predecessor_is_head: bool,
+    },
 }

@@ -131,7 +131,10 @@ pub enum SessionState {
 impl SessionState {
     /// True for the states after which the session can do nothing.
     pub fn is_terminal(self) -> bool {
-        matches!(self, SessionState::Expired | SessionState::Closed | SessionState::AuthFailed)
+        matches!(
+            self,
+            SessionState::Expired | SessionState::Closed | SessionState::AuthFailed
+        )
     }
 }
 
@@ -279,8 +282,13 @@ impl Shared {
     /// Ends every registered lease with `reason`; with `delete`, removes their nodes as soon
     /// as the server answers (the session survived, so the nodes would still block others).
     fn lose_all(self: &Arc<Self>, reason: LossReason, delete: bool) {
-        let holdings: Vec<Arc<Holding>> =
-            self.holdings.lock().unwrap().values().filter_map(Weak::upgrade).collect();
+        let holdings: Vec<Arc<Holding>> = self
+            .holdings
+            .lock()
+            .unwrap()
+            .values()
+            .filter_map(Weak::upgrade)
+            .collect();
         for holding in holdings {
             if holding.lose(reason) {
                 tracing::warn!(node = %holding.node, %reason, "lease lost");
@@ -307,7 +315,13 @@ impl Shared {
                     self.renewed(sent);
                     return Ok(());
                 }
-                Err(Zk::ConnectionLoss | Zk::Custom(_) | Zk::Timeout | Zk::SessionMoved | Zk::Throttled) => {
+                Err(
+                    Zk::ConnectionLoss
+                    | Zk::Custom(_)
+                    | Zk::Timeout
+                    | Zk::SessionMoved
+                    | Zk::Throttled,
+                ) => {
                     // Outcome unknown: ask again. Requests made while disconnected wait for the
                     // next connection, so this does not spin.
                     tokio::time::sleep(Duration::from_millis(20)).await;
@@ -436,7 +450,10 @@ impl Session {
             Err(_) => return Err(unreachable("connect timed out".into())),
             Ok(Err(zk::Error::AuthFailed)) => return Err(Error::AuthFailed),
             Ok(Err(zk::Error::BadArguments(reason))) => {
-                return Err(Error::InvalidConnectString { connect: connect.to_string(), reason: reason.to_string() })
+                return Err(Error::InvalidConnectString {
+                    connect: connect.to_string(),
+                    reason: reason.to_string(),
+                })
             }
             Ok(Err(e)) => return Err(unreachable(e.to_string())),
             Ok(Ok(client)) => client,
@@ -446,13 +463,19 @@ impl Session {
             Some(chroot) => {
                 match client.check_stat(chroot).await {
                     Ok(Some(_)) => {}
-                    Ok(None) => return Err(Error::ChrootMissing { chroot: chroot.to_string() }),
+                    Ok(None) => {
+                        return Err(Error::ChrootMissing {
+                            chroot: chroot.to_string(),
+                        })
+                    }
                     Err(e) => return Err(Error::zk("check chroot", chroot, e)),
                 }
-                client.chroot(chroot.to_string()).map_err(|_| Error::InvalidConnectString {
-                    connect: connect.to_string(),
-                    reason: "bad chroot".into(),
-                })?
+                client
+                    .chroot(chroot.to_string())
+                    .map_err(|_| Error::InvalidConnectString {
+                        connect: connect.to_string(),
+                        reason: "bad chroot".into(),
+                    })?
             }
         };
         // The connect handshake itself was answered by a server: start the clock from now.
@@ -490,7 +513,13 @@ impl Session {
             timeout_ms = session_timeout.as_millis() as u64,
             "zookeeper session established"
         );
-        Ok(Session { inner: Arc::new(Inner { shared, connect: connect.to_string(), keeper }) })
+        Ok(Session {
+            inner: Arc::new(Inner {
+                shared,
+                connect: connect.to_string(),
+                keeper,
+            }),
+        })
     }
 
     pub(crate) fn shared(&self) -> &Arc<Shared> {
@@ -566,7 +595,7 @@ impl Session {
 /// The keeper task: follows session state, renews the clock, and ends leases when it lapses.
 async fn keep(shared: Arc<Shared>, mut states: zk::StateWatcher) {
     use zk::SessionState as Zs;
-    let mut keepalive: Option<std::pin::Pin<Box<dyn std::future::Future<Output = (Instant, bool)> + Send>>> = None;
+    let mut keepalive: Option<Keepalive> = None;
     loop {
         let clock = shared.clock();
         let next_keepalive = *shared.last_renewal_sent.lock().unwrap() + shared.keepalive_interval;
@@ -631,7 +660,10 @@ async fn keep(shared: Arc<Shared>, mut states: zk::StateWatcher) {
     }
 }
 
-fn send_keepalive(shared: &Arc<Shared>) -> std::pin::Pin<Box<dyn std::future::Future<Output = (Instant, bool)> + Send>> {
+/// A keepalive in flight: resolves to its send time and whether it was answered.
+type Keepalive = std::pin::Pin<Box<dyn std::future::Future<Output = (Instant, bool)> + Send>>;
+
+fn send_keepalive(shared: &Arc<Shared>) -> Keepalive {
     let client = shared.client.clone();
     Box::pin(async move {
         let sent = Instant::now();

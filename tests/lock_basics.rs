@@ -10,7 +10,9 @@ use std::time::Duration;
 use common::*;
 use tokio::sync::mpsc;
 use zkfence::zookeeper_client as zk;
-use zkfence::{Error, FencedOp, Fence, FencingToken, LeaseState, LossReason, Session, SessionOptions};
+use zkfence::{
+    Error, Fence, FencedOp, FencingToken, LeaseState, LossReason, Session, SessionOptions,
+};
 
 const T: Duration = Duration::from_secs(4);
 
@@ -20,9 +22,11 @@ async fn session() -> Session {
 
 /// Waits until the lock directory has `n` contenders.
 async fn until_contenders(s: &Session, dir: &str, n: usize) {
-    eventually(Duration::from_secs(10), &format!("{n} contenders under {dir}"), || async {
-        children(s, dir).await.len() == n
-    })
+    eventually(
+        Duration::from_secs(10),
+        &format!("{n} contenders under {dir}"),
+        || async { children(s, dir).await.len() == n },
+    )
     .await;
 }
 
@@ -35,7 +39,12 @@ async fn mutual_exclusion_under_contention() {
     let mut tasks = vec![];
     for _ in 0..8 {
         let s = session().await;
-        let (dir, inside, max_inside, grants) = (dir.clone(), inside.clone(), max_inside.clone(), grants.clone());
+        let (dir, inside, max_inside, grants) = (
+            dir.clone(),
+            inside.clone(),
+            max_inside.clone(),
+            grants.clone(),
+        );
         tasks.push(tokio::spawn(async move {
             let lock = s.lock(&dir);
             for _ in 0..50 {
@@ -52,10 +61,17 @@ async fn mutual_exclusion_under_contention() {
     for t in tasks {
         t.await.unwrap();
     }
-    assert_eq!(max_inside.load(Ordering::SeqCst), 1, "two holders were inside at once");
+    assert_eq!(
+        max_inside.load(Ordering::SeqCst),
+        1,
+        "two holders were inside at once"
+    );
     let grants = grants.lock().unwrap();
     assert_eq!(grants.len(), 400);
-    assert!(grants.windows(2).all(|w| w[0] < w[1]), "tokens must strictly increase in grant order");
+    assert!(
+        grants.windows(2).all(|w| w[0] < w[1]),
+        "tokens must strictly increase in grant order"
+    );
 }
 
 #[tokio::test]
@@ -80,7 +96,10 @@ async fn waiters_are_granted_in_enqueue_order() {
     for _ in 0..5 {
         order.push(rx.recv().await.unwrap());
     }
-    assert_eq!(order.iter().map(|(i, _)| *i).collect::<Vec<_>>(), vec![0, 1, 2, 3, 4]);
+    assert_eq!(
+        order.iter().map(|(i, _)| *i).collect::<Vec<_>>(),
+        vec![0, 1, 2, 3, 4]
+    );
     assert!(order.windows(2).all(|w| w[0].1 < w[1].1));
 }
 
@@ -99,10 +118,14 @@ async fn one_release_wakes_exactly_one_of_100_waiters() {
             tx.send((i, lease)).unwrap();
         });
     }
-    let sum = |f: fn(&zkfence::SessionMetrics) -> u64| sessions.iter().map(|s| f(&s.metrics())).sum::<u64>();
-    eventually(Duration::from_secs(20), "all 100 waiters watching", || async {
-        sessions.iter().map(|s| s.metrics().watches).sum::<u64>() >= 100
-    })
+    let sum = |f: fn(&zkfence::SessionMetrics) -> u64| {
+        sessions.iter().map(|s| f(&s.metrics())).sum::<u64>()
+    };
+    eventually(
+        Duration::from_secs(20),
+        "all 100 waiters watching",
+        || async { sessions.iter().map(|s| s.metrics().watches).sum::<u64>() >= 100 },
+    )
     .await;
     let (wakeups, listings) = (sum(|m| m.wakeups), sum(|m| m.listings));
     assert_eq!(wakeups, 0);
@@ -115,8 +138,16 @@ async fn one_release_wakes_exactly_one_of_100_waiters() {
     for s in &sessions {
         s.client().sync("/").await.unwrap();
     }
-    assert_eq!(sum(|m| m.wakeups) - wakeups, 1, "one release must wake exactly one waiter");
-    assert_eq!(sum(|m| m.listings) - listings, 0, "the woken waiter was next in line: no re-listing");
+    assert_eq!(
+        sum(|m| m.wakeups) - wakeups,
+        1,
+        "one release must wake exactly one waiter"
+    );
+    assert_eq!(
+        sum(|m| m.listings) - listings,
+        0,
+        "the woken waiter was next in line: no re-listing"
+    );
 
     // The second release, too. Its waiter was third when it listed, so it cannot tell a
     // release from an abandoned wait ahead of it and lists once more — it alone.
@@ -126,8 +157,16 @@ async fn one_release_wakes_exactly_one_of_100_waiters() {
     for s in &sessions {
         s.client().sync("/").await.unwrap();
     }
-    assert_eq!(sum(|m| m.wakeups) - wakeups, 1, "one release must wake exactly one waiter");
-    assert_eq!(sum(|m| m.listings) - listings, 1, "only the woken waiter lists again");
+    assert_eq!(
+        sum(|m| m.wakeups) - wakeups,
+        1,
+        "one release must wake exactly one waiter"
+    );
+    assert_eq!(
+        sum(|m| m.listings) - listings,
+        1,
+        "only the woken waiter lists again"
+    );
     drop(second);
     // Drain: every waiter is granted in turn.
     for _ in 0..98 {
@@ -160,17 +199,27 @@ async fn a_waiter_leaving_the_middle_does_not_let_the_next_one_in() {
     let w3_session = w3s.clone();
     let w3 = tokio::spawn(async move { w3s.lock(&d).acquire().await.unwrap() });
     until_contenders(&s, &dir, 4).await;
-    eventually(Duration::from_secs(5), "w3 watching", || async { w3_session.metrics().watches == 1 }).await;
+    eventually(Duration::from_secs(5), "w3 watching", || async {
+        w3_session.metrics().watches == 1
+    })
+    .await;
 
     w2.abort(); // w2 leaves from the middle
     until_contenders(&s, &dir, 3).await;
     // w3 is woken, looks again and watches w1 instead.
-    eventually(Duration::from_secs(5), "w3 re-listed and watches w1", || async {
-        let m = w3_session.metrics();
-        m.wakeups == 1 && m.watches == 2
-    })
+    eventually(
+        Duration::from_secs(5),
+        "w3 re-listed and watches w1",
+        || async {
+            let m = w3_session.metrics();
+            m.wakeups == 1 && m.watches == 2
+        },
+    )
     .await;
-    assert!(!w3.is_finished(), "w3 must not be granted while the holder holds");
+    assert!(
+        !w3.is_finished(),
+        "w3 must not be granted while the holder holds"
+    );
     assert!(!w1.is_finished());
     holder.release().await.unwrap();
     let l1 = w1.await.unwrap();
@@ -200,19 +249,40 @@ async fn cancelled_acquires_and_timeouts_leave_no_node() {
     let task = tokio::spawn(async move { lock.acquire().await });
     until_contenders(&s, &dir, 2).await;
     task.abort();
-    eventually(Duration::from_secs(10), "only the holder remains", || async { children(&s, &dir).await.len() == 1 })
-        .await;
+    eventually(
+        Duration::from_secs(10),
+        "only the holder remains",
+        || async { children(&s, &dir).await.len() == 1 },
+    )
+    .await;
 
     // A timeout removes the node before it returns.
-    let err = waiter.lock(&dir).acquire_timeout(Duration::from_millis(300)).await.unwrap_err();
+    let err = waiter
+        .lock(&dir)
+        .acquire_timeout(Duration::from_millis(300))
+        .await
+        .unwrap_err();
     match &err {
-        Error::Timeout { ahead, holder: Some(h), .. } => {
+        Error::Timeout {
+            ahead,
+            holder: Some(h),
+            ..
+        } => {
             assert_eq!(*ahead, 1);
-            assert!(holder.path().ends_with(h.as_str()));
+            let name = holder.path().rsplit('/').next().unwrap();
+            assert!(h.starts_with(name), "{h}");
+            assert!(
+                h.contains(&format!("pid {}", std::process::id())),
+                "names the owner: {h}"
+            );
         }
         other => panic!("expected a timeout, got {other}"),
     }
-    assert_eq!(children(&s, &dir).await.len(), 1, "the timed-out waiter's node must be gone on return");
+    assert_eq!(
+        children(&s, &dir).await.len(),
+        1,
+        "the timed-out waiter's node must be gone on return"
+    );
     holder.release().await.unwrap();
     assert!(children(&s, &dir).await.is_empty());
 }
@@ -221,12 +291,26 @@ async fn cancelled_acquires_and_timeouts_leave_no_node() {
 async fn try_acquire_never_waits() {
     let dir = unique_path("try");
     let (a, b) = (session().await, session().await);
-    let lease = a.lock(&dir).try_acquire().await.unwrap().expect("free lock");
+    let lease = a
+        .lock(&dir)
+        .try_acquire()
+        .await
+        .unwrap()
+        .expect("free lock");
     let creates = b.metrics().creates;
     assert!(b.lock(&dir).try_acquire().await.unwrap().is_none());
-    assert_eq!(b.metrics().creates, creates, "a taken lock is answered without writing");
+    assert_eq!(
+        b.metrics().creates,
+        creates,
+        "a taken lock is answered without writing"
+    );
     lease.release().await.unwrap();
-    let lease = b.lock(&dir).try_acquire().await.unwrap().expect("free again");
+    let lease = b
+        .lock(&dir)
+        .try_acquire()
+        .await
+        .unwrap()
+        .expect("free again");
     lease.release().await.unwrap();
     assert!(children(&a, &dir).await.is_empty());
 }
@@ -239,12 +323,22 @@ async fn deleting_our_node_loses_the_lease() {
     let lost = lease.lost();
     tokio::pin!(lost);
     // Start watching before the deletion.
-    assert!(tokio::time::timeout(Duration::from_millis(100), &mut lost).await.is_err());
+    assert!(tokio::time::timeout(Duration::from_millis(100), &mut lost)
+        .await
+        .is_err());
     admin.client().delete(lease.path(), None).await.unwrap();
-    let reason = tokio::time::timeout(Duration::from_secs(5), lost).await.expect("lost() resolves");
+    let reason = tokio::time::timeout(Duration::from_secs(5), lost)
+        .await
+        .expect("lost() resolves");
     assert_eq!(reason, LossReason::NodeDeleted);
     assert_eq!(lease.state(), LeaseState::Lost(LossReason::NodeDeleted));
-    assert!(matches!(lease.renew().await, Err(Error::LockLost { reason: LossReason::NodeDeleted, .. })));
+    assert!(matches!(
+        lease.renew().await,
+        Err(Error::LockLost {
+            reason: LossReason::NodeDeleted,
+            ..
+        })
+    ));
 }
 
 #[tokio::test]
@@ -258,7 +352,11 @@ async fn renew_confirms_and_extends_valid_until() {
     assert!(renewed > before, "renew must extend valid_until");
     assert_eq!(lease.valid_until(), Some(renewed));
     assert!(renewed > tokio::time::Instant::now() + T / 2);
-    assert_eq!(a.metrics().keepalives, keepalives, "renew is its own round trip");
+    assert_eq!(
+        a.metrics().keepalives,
+        keepalives,
+        "renew is its own round trip"
+    );
     admin.client().delete(lease.path(), None).await.unwrap();
     let err = lease.renew().await.unwrap_err();
     assert!(matches!(err, Error::LockLost { .. }), "{err}");
@@ -270,24 +368,55 @@ async fn fenced_writes_stop_when_the_lease_is_lost() {
     let dir = unique_path("fenced");
     let data = unique_path("fenced-data");
     let (a, admin) = (session().await, session().await);
-    admin.client().mkdir(&data, &zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all())).await.unwrap();
+    admin
+        .client()
+        .mkdir(
+            &data,
+            &zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all()),
+        )
+        .await
+        .unwrap();
     let lease = a.lock(&dir).acquire().await.unwrap();
     let token = lease.token().get().to_string();
     lease
-        .fenced_write(&[FencedOp::SetData { path: data.clone(), data: token.clone().into_bytes(), version: None }])
+        .fenced_write(&[FencedOp::SetData {
+            path: data.clone(),
+            data: token.clone().into_bytes(),
+            version: None,
+        }])
         .await
         .unwrap();
     admin.client().sync(&data).await.unwrap();
-    assert_eq!(admin.client().get_data(&data).await.unwrap().0, token.as_bytes());
+    assert_eq!(
+        admin.client().get_data(&data).await.unwrap().0,
+        token.as_bytes()
+    );
 
     admin.client().delete(lease.path(), None).await.unwrap();
     let err = lease
-        .fenced_write(&[FencedOp::SetData { path: data.clone(), data: b"stale".to_vec(), version: None }])
+        .fenced_write(&[FencedOp::SetData {
+            path: data.clone(),
+            data: b"stale".to_vec(),
+            version: None,
+        }])
         .await
         .unwrap_err();
-    assert!(matches!(err, Error::LockLost { reason: LossReason::NodeDeleted, .. }), "{err}");
+    assert!(
+        matches!(
+            err,
+            Error::LockLost {
+                reason: LossReason::NodeDeleted,
+                ..
+            }
+        ),
+        "{err}"
+    );
     admin.client().sync(&data).await.unwrap();
-    assert_eq!(admin.client().get_data(&data).await.unwrap().0, token.as_bytes(), "the stale write must not land");
+    assert_eq!(
+        admin.client().get_data(&data).await.unwrap().0,
+        token.as_bytes(),
+        "the stale write must not land"
+    );
 }
 
 #[tokio::test]
@@ -306,7 +435,9 @@ async fn fence_rejects_a_stale_holder() {
     assert!(stale.to_string().contains("stale fencing token"));
     assert!(old_token < new.token());
     assert_eq!(fence.newest(), new.token());
-    assert!(fence.admit(FencingToken::new(new.token().get() + 1)).is_ok());
+    assert!(fence
+        .admit(FencingToken::new(new.token().get() + 1))
+        .is_ok());
 }
 
 #[tokio::test]
@@ -315,10 +446,18 @@ async fn second_acquire_on_a_held_handle_fails_at_once_and_release_works_from_an
     let a = session().await;
     let lock = a.lock(&dir);
     let lease = lock.acquire().await.unwrap();
-    let err = tokio::time::timeout(Duration::from_secs(1), lock.acquire()).await.expect("no self-deadlock");
+    let err = tokio::time::timeout(Duration::from_secs(1), lock.acquire())
+        .await
+        .expect("no self-deadlock");
     assert!(matches!(err, Err(Error::AlreadyHeld { .. })));
-    assert!(matches!(lock.try_acquire().await, Err(Error::AlreadyHeld { .. })));
-    tokio::spawn(async move { lease.release().await }).await.unwrap().unwrap();
+    assert!(matches!(
+        lock.try_acquire().await,
+        Err(Error::AlreadyHeld { .. })
+    ));
+    tokio::spawn(async move { lease.release().await })
+        .await
+        .unwrap()
+        .unwrap();
     assert!(children(&a, &dir).await.is_empty());
     // The handle can acquire again once released.
     lock.acquire().await.unwrap().release().await.unwrap();
@@ -327,22 +466,46 @@ async fn second_acquire_on_a_held_handle_fails_at_once_and_release_works_from_an
 #[tokio::test]
 async fn bad_input_gives_clear_errors_and_leaves_nothing() {
     let s = session().await;
-    for bad in ["", "locks/x", "/locks/x/", "//x", "/a//b", "/a\0b", "/zookeeper/x"] {
+    for bad in [
+        "",
+        "locks/x",
+        "/locks/x/",
+        "//x",
+        "/a//b",
+        "/a\0b",
+        "/zookeeper/x",
+    ] {
         let err = s.lock(bad).acquire().await.unwrap_err();
         assert!(matches!(err, Error::InvalidPath { .. }), "{bad:?}: {err}");
         assert!(err.to_string().contains("invalid path"), "{err}");
     }
     let long = format!("/{}", "x".repeat(2000));
-    assert!(matches!(s.lock(&long).acquire().await, Err(Error::InvalidPath { .. })));
-    assert!(matches!(s.election("rel").campaign("x").await, Err(Error::InvalidPath { .. })));
+    assert!(matches!(
+        s.lock(&long).acquire().await,
+        Err(Error::InvalidPath { .. })
+    ));
+    assert!(matches!(
+        s.election("rel").campaign("x").await,
+        Err(Error::InvalidPath { .. })
+    ));
 
     // A missing chroot.
-    let cs = format!("{}/no-such-chroot-{}", shared_ensemble().connect_string(), uuid::Uuid::new_v4().simple());
-    let err = Session::connect(&cs, SessionOptions::new()).await.unwrap_err();
+    let cs = format!(
+        "{}/no-such-chroot-{}",
+        shared_ensemble().connect_string(),
+        uuid::Uuid::new_v4().simple()
+    );
+    let err = Session::connect(&cs, SessionOptions::new())
+        .await
+        .unwrap_err();
     assert!(matches!(err, Error::ChrootMissing { .. }), "{err}");
 
     // An unreachable ensemble: a port nobody listens on. A clear error within the timeout.
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     let started = std::time::Instant::now();
     let err = Session::connect(
         &format!("127.0.0.1:{port}"),
@@ -351,22 +514,57 @@ async fn bad_input_gives_clear_errors_and_leaves_nothing() {
     .await
     .unwrap_err();
     assert!(matches!(err, Error::Unreachable { .. }), "{err}");
-    assert!(started.elapsed() < Duration::from_secs(3), "took {:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "took {:?}",
+        started.elapsed()
+    );
     assert!(err.to_string().contains("check that the ensemble runs"));
 
     // An ACL that denies us create: a clear error, nothing created.
     let dir = unique_path("acl");
-    let read_only = [zk::Acl::new(zk::Permission::READ, zk::AuthId::new("world", "anyone"))];
-    s.client().mkdir(&dir, &zk::CreateMode::Persistent.with_acls(zk::Acls::new(&read_only))).await.unwrap();
+    let read_only = [zk::Acl::new(
+        zk::Permission::READ,
+        zk::AuthId::new("world", "anyone"),
+    )];
+    s.client()
+        .mkdir(
+            &dir,
+            &zk::CreateMode::Persistent.with_acls(zk::Acls::new(&read_only)),
+        )
+        .await
+        .unwrap();
     let err = s.lock(&dir).acquire().await.unwrap_err();
-    assert!(matches!(err, Error::NoAuth { operation: "create", .. }), "{err}");
+    assert!(
+        matches!(
+            err,
+            Error::NoAuth {
+                operation: "create",
+                ..
+            }
+        ),
+        "{err}"
+    );
     assert!(err.to_string().contains("SessionOptions::auth"));
     assert!(children(&s, &dir).await.is_empty());
 
     // A lock directory under an ephemeral node cannot exist.
     let eph = unique_path("eph");
-    s.client().mkdir(&parent_of(&eph), &zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all())).await.unwrap();
-    s.client().create(&eph, b"", &zk::CreateMode::Ephemeral.with_acls(zk::Acls::anyone_all())).await.unwrap();
+    s.client()
+        .mkdir(
+            &parent_of(&eph),
+            &zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all()),
+        )
+        .await
+        .unwrap();
+    s.client()
+        .create(
+            &eph,
+            b"",
+            &zk::CreateMode::Ephemeral.with_acls(zk::Acls::anyone_all()),
+        )
+        .await
+        .unwrap();
     let err = s.lock(&format!("{eph}/lock")).acquire().await.unwrap_err();
     assert!(matches!(err, Error::InvalidPath { .. }), "{err}");
 }
@@ -380,7 +578,9 @@ async fn digest_auth_and_creator_acls() {
     let dir = unique_path("digest");
     let owner = Session::connect(
         &shared_ensemble().connect_string(),
-        SessionOptions::new().session_timeout(T).auth("digest", b"alice:secret"),
+        SessionOptions::new()
+            .session_timeout(T)
+            .auth("digest", b"alice:secret"),
     )
     .await
     .unwrap();

@@ -17,7 +17,13 @@ const SHORT: Duration = Duration::from_secs(2);
 const LONG: Duration = Duration::from_secs(4);
 
 async fn mkdir(s: &zkfence::Session, dir: &str) {
-    s.client().mkdir(dir, &zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all())).await.unwrap();
+    s.client()
+        .mkdir(
+            dir,
+            &zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all()),
+        )
+        .await
+        .unwrap();
 }
 
 #[tokio::test]
@@ -32,24 +38,50 @@ async fn protected_create_adopts_its_own_node_after_a_lost_answer() {
     proxy.hold_responses();
     let lock = victim.lock(&dir);
     let task = tokio::spawn(async move { lock.acquire().await });
-    eventually(Duration::from_secs(5), "the create reached the server", || async {
-        children(&admin, &dir).await.len() == 1
-    })
+    eventually(
+        Duration::from_secs(5),
+        "the create reached the server",
+        || async { children(&admin, &dir).await.len() == 1 },
+    )
     .await;
     let created = children(&admin, &dir).await.remove(0);
     proxy.cut();
     proxy.heal();
 
-    let lease = tokio::time::timeout(Duration::from_secs(10), task).await.expect("acquire finishes").unwrap().unwrap();
-    assert!(lease.path().ends_with(&created), "adopted {} but the server has {created}", lease.path());
-    assert_eq!(children(&admin, &dir).await, vec![created.clone()], "no duplicate node");
+    let lease = tokio::time::timeout(Duration::from_secs(10), task)
+        .await
+        .expect("acquire finishes")
+        .unwrap()
+        .unwrap();
+    assert!(
+        lease.path().ends_with(&created),
+        "adopted {} but the server has {created}",
+        lease.path()
+    );
+    assert_eq!(
+        children(&admin, &dir).await,
+        vec![created.clone()],
+        "no duplicate node"
+    );
     assert_eq!(victim.metrics().creates, 0, "no second create was made");
-    let stat = admin.client().check_stat(lease.path()).await.unwrap().unwrap();
+    let stat = admin
+        .client()
+        .check_stat(lease.path())
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(stat.ephemeral_owner, victim.id());
 
     lease.release().await.unwrap();
     assert!(children(&admin, &dir).await.is_empty(), "no orphan");
-    victim.lock(&dir).acquire().await.unwrap().release().await.unwrap();
+    victim
+        .lock(&dir)
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
 }
 
 #[tokio::test]
@@ -64,29 +96,56 @@ async fn a_node_of_another_session_with_our_uuid_is_never_adopted() {
     // Another session already has a node carrying the same uuid (as an earlier session of
     // the same client would): it is ahead of us in the queue.
     let ephemeral = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::anyone_all());
-    let (_, seq) = old.client().create(&format!("{dir}/_c_{}-lock-", uuid.hyphenated()), b"", &ephemeral).await.unwrap();
+    let (_, seq) = old
+        .client()
+        .create(
+            &format!("{dir}/_c_{}-lock-", uuid.hyphenated()),
+            b"",
+            &ephemeral,
+        )
+        .await
+        .unwrap();
     let foreign = format!("_c_{}-lock-{seq}", uuid.hyphenated());
 
     proxy.hold_responses();
     let lock = victim.lock(&dir).__with_contender_uuid(uuid);
     let task = tokio::spawn(async move { lock.acquire().await });
-    eventually(Duration::from_secs(5), "our create reached the server", || async {
-        children(&old, &dir).await.len() == 2
-    })
+    eventually(
+        Duration::from_secs(5),
+        "our create reached the server",
+        || async { children(&old, &dir).await.len() == 2 },
+    )
     .await;
     proxy.cut();
     proxy.heal();
     // We found our own node, not the foreign one: so we wait behind it.
-    eventually(Duration::from_secs(10), "the victim is waiting on the foreign node", || async {
-        victim.metrics().watches >= 1
-    })
+    eventually(
+        Duration::from_secs(10),
+        "the victim is waiting on the foreign node",
+        || async { victim.metrics().watches >= 1 },
+    )
     .await;
-    assert!(!task.is_finished(), "the foreign node must not be adopted as ours");
+    assert!(
+        !task.is_finished(),
+        "the foreign node must not be adopted as ours"
+    );
     assert_eq!(children(&old, &dir).await.len(), 2, "no duplicate create");
 
-    old.client().delete(&format!("{dir}/{foreign}"), None).await.unwrap();
-    let lease = tokio::time::timeout(Duration::from_secs(10), task).await.unwrap().unwrap().unwrap();
-    let stat = old.client().check_stat(lease.path()).await.unwrap().unwrap();
+    old.client()
+        .delete(&format!("{dir}/{foreign}"), None)
+        .await
+        .unwrap();
+    let lease = tokio::time::timeout(Duration::from_secs(10), task)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    let stat = old
+        .client()
+        .check_stat(lease.path())
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(stat.ephemeral_owner, victim.id());
     assert!(!lease.path().ends_with(&foreign));
     lease.release().await.unwrap();
@@ -96,7 +155,11 @@ async fn a_node_of_another_session_with_our_uuid_is_never_adopted() {
 async fn a_killed_holder_frees_the_lock_within_the_session_timeout() {
     if child_role().as_deref() == Some("holder") {
         let s = connect(&std::env::var("ZKF_CS").unwrap(), SHORT).await;
-        let lease = s.lock(&std::env::var("ZKF_DIR").unwrap()).acquire().await.unwrap();
+        let lease = s
+            .lock(&std::env::var("ZKF_DIR").unwrap())
+            .acquire()
+            .await
+            .unwrap();
         println!("HELD {}", lease.token());
         std::future::pending::<()>().await;
     }
@@ -109,7 +172,11 @@ async fn a_killed_holder_frees_the_lock_within_the_session_timeout() {
     );
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let held_token: u64 = loop {
-        let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line()).await.unwrap().unwrap().unwrap();
+        let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
         // libtest may print its own "test name ... " in front of ours on the same line.
         if let Some((_, t)) = line.split_once("HELD ") {
             break t.trim().parse().unwrap();
@@ -118,19 +185,27 @@ async fn a_killed_holder_frees_the_lock_within_the_session_timeout() {
     let waiter = connect(&zk.connect_string(), SHORT).await;
     let lock = waiter.lock(&dir);
     let task = tokio::spawn(async move { lock.acquire().await.map(|l| (Instant::now(), l)) });
-    eventually(Duration::from_secs(5), "waiter enqueued", || async { children(&waiter, &dir).await.len() == 2 }).await;
+    eventually(Duration::from_secs(5), "waiter enqueued", || async {
+        children(&waiter, &dir).await.len() == 2
+    })
+    .await;
 
     child.start_kill().unwrap(); // SIGKILL
     let killed = Instant::now();
     child.wait().await.unwrap();
     let (granted, lease) = task.await.unwrap().unwrap();
     let took = granted - killed;
-    assert!(took <= SHORT + Duration::from_secs(1), "granted {took:?} after the kill");
+    assert!(
+        took <= SHORT + Duration::from_secs(1),
+        "granted {took:?} after the kill"
+    );
     assert!(lease.token().get() > held_token);
 }
 
 /// Samples a lease's state every few milliseconds, recording when it first was in each state.
-fn sample_states(lease: Arc<zkfence::Lease>) -> tokio::task::JoinHandle<(Option<Instant>, Option<Instant>)> {
+fn sample_states(
+    lease: Arc<zkfence::Lease>,
+) -> tokio::task::JoinHandle<(Option<Instant>, Option<Instant>)> {
     tokio::spawn(async move {
         let (mut suspended, mut lost) = (None, None);
         loop {
@@ -171,8 +246,14 @@ async fn a_partitioned_holder_knows_it_lost_before_the_waiter_is_granted() {
         let (suspended, sampled_lost) = sampler.await.unwrap();
 
         assert_eq!(reason, LossReason::LeaseExpired, "trial {trial}");
-        assert!(lost_at < granted_at, "trial {trial}: lost at {lost_at:?} but the waiter was granted at {granted_at:?}");
-        assert!(sampled_lost.unwrap() < granted_at, "trial {trial}: state() said Lost only after the grant");
+        assert!(
+            lost_at < granted_at,
+            "trial {trial}: lost at {lost_at:?} but the waiter was granted at {granted_at:?}"
+        );
+        assert!(
+            sampled_lost.unwrap() < granted_at,
+            "trial {trial}: state() said Lost only after the grant"
+        );
         let suspended = suspended.expect("the lease went through Suspended");
         assert!(suspended < lost_at);
         assert!(new_lease.token() > lease.token());
@@ -196,18 +277,25 @@ async fn session_expiry_while_holding() {
     proxy.blackhole();
     assert_eq!(lease.lost().await, LossReason::LeaseExpired);
     // The server expires the session and deletes the node.
-    eventually(Duration::from_secs(10), "the server deleted the node", || async {
-        children(&admin, &dir).await.is_empty()
-    })
+    eventually(
+        Duration::from_secs(10),
+        "the server deleted the node",
+        || async { children(&admin, &dir).await.is_empty() },
+    )
     .await;
     proxy.heal();
-    eventually(Duration::from_secs(15), "the client learns the session expired", || async {
-        holder_session.state() == SessionState::Expired
-    })
+    eventually(
+        Duration::from_secs(15),
+        "the client learns the session expired",
+        || async { holder_session.state() == SessionState::Expired },
+    )
     .await;
     assert!(matches!(lease.state(), LeaseState::Lost(_)));
     assert!(matches!(lease.renew().await, Err(Error::LockLost { .. })));
-    assert!(matches!(holder_session.lock(&dir).acquire().await, Err(Error::SessionExpired)));
+    assert!(matches!(
+        holder_session.lock(&dir).acquire().await,
+        Err(Error::SessionExpired)
+    ));
 
     let fresh = connect(&proxy.connect_string(), SHORT).await;
     let new_lease = fresh.lock(&dir).acquire().await.unwrap();
@@ -244,14 +332,23 @@ async fn release_retries_through_a_lost_answer() {
 
     proxy.hold_responses();
     let release = tokio::spawn(lease.release());
-    eventually(Duration::from_secs(5), "the delete reached the server", || async {
-        children(&admin, &dir).await.is_empty()
-    })
+    eventually(
+        Duration::from_secs(5),
+        "the delete reached the server",
+        || async { children(&admin, &dir).await.is_empty() },
+    )
     .await;
-    assert!(!release.is_finished(), "release must wait for the ensemble's answer");
+    assert!(
+        !release.is_finished(),
+        "release must wait for the ensemble's answer"
+    );
     proxy.cut();
     proxy.heal();
-    tokio::time::timeout(Duration::from_secs(10), release).await.expect("release returns").unwrap().unwrap();
+    tokio::time::timeout(Duration::from_secs(10), release)
+        .await
+        .expect("release returns")
+        .unwrap()
+        .unwrap();
     assert!(children(&admin, &dir).await.is_empty());
 }
 
@@ -272,11 +369,18 @@ async fn release_while_partitioned_completes_after_healing() {
         holder_session.state() == SessionState::Disconnected
     })
     .await;
-    assert!(!release.is_finished(), "no answer yet: release must not claim success");
+    assert!(
+        !release.is_finished(),
+        "no answer yet: release must not claim success"
+    );
     assert!(admin.client().check_stat(&node).await.unwrap().is_some());
     proxy.heal();
     proxy.cut(); // drop the stale connection so the client reconnects now
-    tokio::time::timeout(Duration::from_secs(10), release).await.expect("release returns").unwrap().unwrap();
+    tokio::time::timeout(Duration::from_secs(10), release)
+        .await
+        .expect("release returns")
+        .unwrap()
+        .unwrap();
     admin.client().sync(&node).await.unwrap();
     assert!(admin.client().check_stat(&node).await.unwrap().is_none());
 }
@@ -290,13 +394,19 @@ async fn release_after_the_session_expired_says_so() {
     let admin = connect(&zk.connect_string(), LONG).await;
     let lease = holder_session.lock(&dir).acquire().await.unwrap();
     proxy.blackhole();
-    eventually(Duration::from_secs(10), "the server expired the session", || async {
-        children(&admin, &dir).await.is_empty()
-    })
+    eventually(
+        Duration::from_secs(10),
+        "the server expired the session",
+        || async { children(&admin, &dir).await.is_empty() },
+    )
     .await;
     let release = tokio::spawn(lease.release());
     proxy.heal();
-    let err = tokio::time::timeout(Duration::from_secs(15), release).await.expect("release returns").unwrap().unwrap_err();
+    let err = tokio::time::timeout(Duration::from_secs(15), release)
+        .await
+        .expect("release returns")
+        .unwrap()
+        .unwrap_err();
     assert!(matches!(err, Error::SessionExpired), "{err}");
     assert!(err.to_string().contains("released every lock"));
 }
@@ -319,11 +429,17 @@ async fn a_dropped_lease_is_released_in_the_background_through_faults() {
     assert!(admin.client().check_stat(&node).await.unwrap().is_some());
     proxy.heal();
     proxy.cut();
-    eventually(Duration::from_secs(10), "the dropped lease's node is deleted", || async {
-        admin.client().check_stat(&node).await.unwrap().is_none()
-    })
+    eventually(
+        Duration::from_secs(10),
+        "the dropped lease's node is deleted",
+        || async { admin.client().check_stat(&node).await.unwrap().is_none() },
+    )
     .await;
-    assert_eq!(holder_session.state(), SessionState::Connected, "deleted by us, not by expiry");
+    assert_eq!(
+        holder_session.state(),
+        SessionState::Connected,
+        "deleted by us, not by expiry"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -346,8 +462,10 @@ async fn a_zookeeper_leader_failover_keeps_the_lease_and_the_queue() {
             assert_eq!(holders.fetch_add(1, Ordering::SeqCst), 0, "double grant");
             (i, lease, holders)
         }));
-        eventually(Duration::from_secs(5), "enqueued", || async { children(&sessions[0], &dir).await.len() == i + 1 })
-            .await;
+        eventually(Duration::from_secs(5), "enqueued", || async {
+            children(&sessions[0], &dir).await.len() == i + 1
+        })
+        .await;
     }
 
     let leader = zk.wait_for_leader(Duration::from_secs(10)).await.unwrap();
@@ -355,12 +473,20 @@ async fn a_zookeeper_leader_failover_keeps_the_lease_and_the_queue() {
     let new_leader = zk.wait_for_leader(Duration::from_secs(20)).await.unwrap();
     assert_ne!(leader, new_leader);
     for s in &sessions {
-        eventually(Duration::from_secs(15), "sessions reconnect", || async { s.state() == SessionState::Connected })
-            .await;
+        eventually(Duration::from_secs(15), "sessions reconnect", || async {
+            s.state() == SessionState::Connected
+        })
+        .await;
     }
-    lease.renew().await.expect("the holder keeps its lease through the failover");
+    lease
+        .renew()
+        .await
+        .expect("the holder keeps its lease through the failover");
     assert_eq!(lease.state(), LeaseState::Held);
-    assert!(waiters.iter().all(|w| !w.is_finished()), "nobody else granted while the holder holds");
+    assert!(
+        waiters.iter().all(|w| !w.is_finished()),
+        "nobody else granted while the holder holds"
+    );
 
     let first_token = lease.token();
     holders.fetch_sub(1, Ordering::SeqCst);
@@ -376,8 +502,15 @@ async fn a_zookeeper_leader_failover_keeps_the_lease_and_the_queue() {
     let t1 = l1.token();
     let release = tokio::spawn(l1.release());
     zk.kill(current);
-    tokio::time::timeout(Duration::from_secs(30), release).await.expect("release completes").unwrap().unwrap();
-    let (i2, l2, _) = tokio::time::timeout(Duration::from_secs(30), waiters.remove(0)).await.unwrap().unwrap();
+    tokio::time::timeout(Duration::from_secs(30), release)
+        .await
+        .expect("release completes")
+        .unwrap()
+        .unwrap();
+    let (i2, l2, _) = tokio::time::timeout(Duration::from_secs(30), waiters.remove(0))
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(i2, 2);
     assert!(l2.token() > t1);
 }
@@ -392,7 +525,14 @@ async fn a_late_committed_duplicate_of_ours_is_removed_not_waited_on() {
     // What a create whose answer was lost leaves when it commits after we looked for it and
     // created again: a node with our uuid, owned by our session, ahead of our real node.
     let ephemeral = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::anyone_all());
-    s.client().create(&format!("{dir}/_c_{}-lock-", uuid.hyphenated()), b"", &ephemeral).await.unwrap();
+    s.client()
+        .create(
+            &format!("{dir}/_c_{}-lock-", uuid.hyphenated()),
+            b"",
+            &ephemeral,
+        )
+        .await
+        .unwrap();
 
     let lease = s
         .lock(&dir)

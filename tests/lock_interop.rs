@@ -52,7 +52,14 @@ fn python_with_kazoo() -> Option<&'static str> {
 
 fn kazoo(python: &str, path: &str, mode: &str, patterns: &str) -> Child {
     Command::new(python)
-        .args(["-c", DRIVER, &shared_ensemble().connect_string(), path, mode, patterns])
+        .args([
+            "-c",
+            DRIVER,
+            &shared_ensemble().connect_string(),
+            path,
+            mode,
+            patterns,
+        ])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .kill_on_drop(true)
@@ -63,10 +70,13 @@ fn kazoo(python: &str, path: &str, mode: &str, patterns: &str) -> Child {
 async fn next_line(child: &mut Child) -> String {
     let out = child.stdout.as_mut().unwrap();
     let mut line = String::new();
-    tokio::time::timeout(Duration::from_secs(30), BufReader::new(out).read_line(&mut line))
-        .await
-        .expect("kazoo answers")
-        .unwrap();
+    tokio::time::timeout(
+        Duration::from_secs(30),
+        BufReader::new(out).read_line(&mut line),
+    )
+    .await
+    .expect("kazoo answers")
+    .unwrap();
     line.trim().to_string()
 }
 
@@ -74,7 +84,10 @@ async fn interop(format: NodeFormat, patterns: &str) {
     let Some(py) = python_with_kazoo() else {
         // CI installs python3-kazoo (see .ci/run); a developer machine may not have it.
         eprintln!("python3-kazoo is not installed: skipping (apt-get install -y python3-kazoo)");
-        assert!(std::env::var_os("CI").is_none(), "CI must have python3-kazoo");
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI must have python3-kazoo"
+        );
         return;
     };
     let dir = unique_path("kazoo");
@@ -84,17 +97,32 @@ async fn interop(format: NodeFormat, patterns: &str) {
     let mut holder = kazoo(py, &dir, "hold", patterns);
     assert_eq!(next_line(&mut holder).await, "HELD");
     let lock = s.lock(&dir).with_format(format);
-    assert!(lock.try_acquire().await.unwrap().is_none(), "Kazoo holds the lock");
+    assert!(
+        lock.try_acquire().await.unwrap().is_none(),
+        "Kazoo holds the lock"
+    );
     assert!(matches!(
         lock.acquire_timeout(Duration::from_millis(500)).await,
         Err(zkfence::Error::Timeout { ahead: 1, .. })
     ));
     let waiting = tokio::spawn(async move { lock.acquire().await.map(|l| (l.token(), l)) });
-    eventually(Duration::from_secs(5), "we queue behind Kazoo", || async { children(&s, &dir).await.len() == 2 })
-        .await;
-    holder.stdin.as_mut().unwrap().write_all(b"go\n").await.unwrap();
+    eventually(Duration::from_secs(5), "we queue behind Kazoo", || async {
+        children(&s, &dir).await.len() == 2
+    })
+    .await;
+    holder
+        .stdin
+        .as_mut()
+        .unwrap()
+        .write_all(b"go\n")
+        .await
+        .unwrap();
     assert_eq!(next_line(&mut holder).await, "RELEASED");
-    let (_, lease) = tokio::time::timeout(Duration::from_secs(10), waiting).await.unwrap().unwrap().unwrap();
+    let (_, lease) = tokio::time::timeout(Duration::from_secs(10), waiting)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
 
     // We hold: Kazoo is excluded.
     let mut probe = kazoo(py, &dir, "try", patterns);

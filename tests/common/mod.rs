@@ -27,9 +27,14 @@ pub fn shared_ensemble() -> &'static Ensemble {
     SHARED.get_or_init(|| {
         std::thread::spawn(|| {
             let rt = SHARED_RT.get_or_init(|| {
-                tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap()
+                tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(1)
+                    .enable_all()
+                    .build()
+                    .unwrap()
             });
-            rt.block_on(Ensemble::builder().nodes(3).tick_time(TICK).start()).expect("start the shared ensemble")
+            rt.block_on(Ensemble::builder().nodes(3).tick_time(TICK).start())
+                .expect("start the shared ensemble")
         })
         .join()
         .expect("ensemble start thread")
@@ -38,7 +43,12 @@ pub fn shared_ensemble() -> &'static Ensemble {
 
 /// A fresh ensemble of `nodes` servers for a test that hurts servers.
 pub async fn own_ensemble(nodes: usize) -> Ensemble {
-    Ensemble::builder().nodes(nodes).tick_time(TICK).start().await.expect("start an ensemble")
+    Ensemble::builder()
+        .nodes(nodes)
+        .tick_time(TICK)
+        .start()
+        .await
+        .expect("start an ensemble")
 }
 
 /// A path no other test uses.
@@ -48,9 +58,12 @@ pub fn unique_path(name: &str) -> String {
 
 /// Connects with the given session timeout.
 pub async fn connect(connect: &str, session_timeout: Duration) -> Session {
-    Session::connect(connect, SessionOptions::new().session_timeout(session_timeout))
-        .await
-        .unwrap_or_else(|e| panic!("connect to {connect}: {e}"))
+    Session::connect(
+        connect,
+        SessionOptions::new().session_timeout(session_timeout),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("connect to {connect}: {e}"))
 }
 
 /// Polls `condition` until it returns true or `timeout` passes; panics with `what` then.
