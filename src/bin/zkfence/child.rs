@@ -22,7 +22,10 @@ pub struct Cmd {
 /// How the supervision of CMD ended.
 pub enum Outcome {
     /// CMD exited: on its own, or after `signal`, which zkfence received and forwarded.
-    Exited { status: ExitStatus, signal: Option<i32> },
+    Exited {
+        status: ExitStatus,
+        signal: Option<i32>,
+    },
     /// The lease ended first; CMD was terminated.
     Lost(LossReason),
 }
@@ -33,12 +36,18 @@ impl Cmd {
     pub fn spawn(argv: &[String], env: &[(&str, String)]) -> Result<Cmd, Failure> {
         let name = argv[0].clone();
         let mut command = Command::new(&name);
-        command.args(&argv[1..]).envs(env.iter().map(|(k, v)| (*k, v)));
+        command
+            .args(&argv[1..])
+            .envs(env.iter().map(|(k, v)| (*k, v)));
         let child = command.spawn().map_err(|e| match e.kind() {
-            ErrorKind::NotFound => Failure::new(exit::NOT_FOUND, format!("cannot run {name:?}: command not found")),
-            ErrorKind::PermissionDenied => {
-                Failure::new(exit::CANNOT_EXECUTE, format!("cannot run {name:?}: permission denied"))
-            }
+            ErrorKind::NotFound => Failure::new(
+                exit::NOT_FOUND,
+                format!("cannot run {name:?}: command not found"),
+            ),
+            ErrorKind::PermissionDenied => Failure::new(
+                exit::CANNOT_EXECUTE,
+                format!("cannot run {name:?}: permission denied"),
+            ),
             _ => Failure::new(exit::CANNOT_EXECUTE, format!("cannot run {name:?}: {e}")),
         })?;
         let pid = child.id().map(|p| p as i32).unwrap_or(0);
@@ -86,7 +95,12 @@ impl Cmd {
 
     /// Waits for CMD while the lease lives. A signal to zkfence is forwarded to CMD (and
     /// SIGKILL follows after `grace`); when `lost` resolves first, CMD is terminated.
-    pub async fn supervise(&mut self, lost: impl Future<Output = LossReason>, signals: &mut Signals, grace: Duration) -> Outcome {
+    pub async fn supervise(
+        &mut self,
+        lost: impl Future<Output = LossReason>,
+        signals: &mut Signals,
+        grace: Duration,
+    ) -> Outcome {
         tokio::pin!(lost);
         let mut kill_at: Option<Instant> = None;
         let mut received = None;

@@ -15,9 +15,13 @@ pub fn parse(text: &str) -> Result<Duration, String> {
     let mut total = 0f64;
     let mut rest = s;
     while !rest.is_empty() {
-        let number_len = rest.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(rest.len());
+        let number_len = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(rest.len());
         let (number, tail) = rest.split_at(number_len);
-        let unit_len = tail.find(|c: char| c.is_ascii_digit() || c == '.').unwrap_or(tail.len());
+        let unit_len = tail
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(tail.len());
         let (unit, tail) = tail.split_at(unit_len);
         let value: f64 = number.parse().map_err(|_| bad(text))?;
         let scale = match unit.trim() {

@@ -23,7 +23,8 @@ pub struct Options {
 const RETRY_AFTER_FAILURE: Duration = Duration::from_secs(1);
 
 pub async fn run(global: &Global, o: Options) -> Result<u8, Failure> {
-    let mut signals = Signals::catch().map_err(|e| Failure::new(exit::ERROR, format!("cannot catch signals: {e}")))?;
+    let mut signals = Signals::catch()
+        .map_err(|e| Failure::new(exit::ERROR, format!("cannot catch signals: {e}")))?;
     let mut session = match connect(global, &mut signals).await? {
         Ok(session) => session,
         Err(code) => return Ok(code),
@@ -53,7 +54,13 @@ pub async fn run(global: &Global, o: Options) -> Result<u8, Failure> {
             }
             Err(e) => return Err(e.into()),
         };
-        eprintln!("zkfence: leading {} as {:?} with token {}: starting {}", o.path, o.id, leadership.token(), o.cmd[0]);
+        eprintln!(
+            "zkfence: leading {} as {:?} with token {}: starting {}",
+            o.path,
+            o.id,
+            leadership.token(),
+            o.cmd[0]
+        );
         match lead(leadership, &session, &o, &mut signals).await {
             Led::Exit(code) => {
                 close(session, Duration::from_secs(1)).await;
@@ -84,11 +91,18 @@ pub async fn run(global: &Global, o: Options) -> Result<u8, Failure> {
 enum Led {
     Exit(u8),
     /// Campaign again, after a pause.
-    Again { after: Duration },
+    Again {
+        after: Duration,
+    },
 }
 
 /// Runs CMD for one term of leadership.
-async fn lead(leadership: Leadership, session: &Session, o: &Options, signals: &mut Signals) -> Led {
+async fn lead(
+    leadership: Leadership,
+    session: &Session,
+    o: &Options,
+    signals: &mut Signals,
+) -> Led {
     let env = [
         ("ZKFENCE_TOKEN", leadership.token().to_string()),
         ("ZKFENCE_LOCK_PATH", o.path.clone()),
@@ -104,19 +118,38 @@ async fn lead(leadership: Leadership, session: &Session, o: &Options, signals: &
         }
     };
     match cmd.supervise(leadership.lost(), signals, o.grace).await {
-        Outcome::Exited { status, signal: Some(sig) } => {
+        Outcome::Exited {
+            status,
+            signal: Some(sig),
+        } => {
             resign(leadership, session).await;
-            tracing::info!(signal = signals::name(sig), "CMD exited after a forwarded signal: leaving the election");
+            tracing::info!(
+                signal = signals::name(sig),
+                "CMD exited after a forwarded signal: leaving the election"
+            );
             Led::Exit(child::code_of(status))
         }
-        Outcome::Exited { status, signal: None } => {
+        Outcome::Exited {
+            status,
+            signal: None,
+        } => {
             resign(leadership, session).await;
             let code = child::code_of(status);
             if o.once {
                 return Led::Exit(code);
             }
-            eprintln!("zkfence: {} exited with code {code}: resigned leadership of {}, campaigning again", cmd.name(), o.path);
-            Led::Again { after: if code == 0 { Duration::ZERO } else { RETRY_AFTER_FAILURE } }
+            eprintln!(
+                "zkfence: {} exited with code {code}: resigned leadership of {}, campaigning again",
+                cmd.name(),
+                o.path
+            );
+            Led::Again {
+                after: if code == 0 {
+                    Duration::ZERO
+                } else {
+                    RETRY_AFTER_FAILURE
+                },
+            }
         }
         Outcome::Lost(reason) => {
             eprintln!(
@@ -131,7 +164,9 @@ async fn lead(leadership: Leadership, session: &Session, o: &Options, signals: &
                 Led::Exit(exit::LOST)
             } else {
                 eprintln!("zkfence: campaigning again in {}", o.path);
-                Led::Again { after: Duration::ZERO }
+                Led::Again {
+                    after: Duration::ZERO,
+                }
             }
         }
     }
@@ -140,7 +175,10 @@ async fn lead(leadership: Leadership, session: &Session, o: &Options, signals: &
 /// Resigns and waits (bounded) for the ensemble to confirm, keeping the session open.
 async fn resign(leadership: Leadership, session: &Session) {
     let within = session.session_timeout().max(Duration::from_secs(1));
-    if !matches!(tokio::time::timeout(within, leadership.resign()).await, Ok(Ok(()))) {
+    if !matches!(
+        tokio::time::timeout(within, leadership.resign()).await,
+        Ok(Ok(()))
+    ) {
         eprintln!("zkfence: could not confirm the resignation; leadership passes on when the session expires");
     }
 }

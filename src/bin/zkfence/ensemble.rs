@@ -8,13 +8,22 @@ use zkfence_testcontainers::Ensemble;
 use crate::exit::{self, Failure};
 use crate::signals::{self, Signals};
 
-pub async fn up(nodes: usize, tick_time: Duration, max_session_timeout: Duration) -> Result<u8, Failure> {
+pub async fn up(
+    nodes: usize,
+    tick_time: Duration,
+    max_session_timeout: Duration,
+) -> Result<u8, Failure> {
     if nodes == 0 {
         return Err(Failure::new(exit::USAGE, "--nodes must be at least 1"));
     }
-    let mut signals = Signals::catch().map_err(|e| Failure::new(exit::ERROR, format!("cannot catch signals: {e}")))?;
+    let mut signals = Signals::catch()
+        .map_err(|e| Failure::new(exit::ERROR, format!("cannot catch signals: {e}")))?;
     eprintln!("zkfence: starting {nodes} ZooKeeper server(s) (tickTime {tick_time:?})...");
-    let start = Ensemble::builder().nodes(nodes).tick_time(tick_time).max_session_timeout(max_session_timeout).start();
+    let start = Ensemble::builder()
+        .nodes(nodes)
+        .tick_time(tick_time)
+        .max_session_timeout(max_session_timeout)
+        .start();
     let zk = tokio::select! {
         zk = start => zk?,
         // The harness cleans up what it started when its future is dropped.

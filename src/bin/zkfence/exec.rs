@@ -21,7 +21,8 @@ pub struct Options {
 
 pub async fn run(global: &Global, o: Options) -> Result<u8, Failure> {
     // Caught before anything is created, so no signal can leave a node behind.
-    let mut signals = Signals::catch().map_err(|e| Failure::new(exit::ERROR, format!("cannot catch signals: {e}")))?;
+    let mut signals = Signals::catch()
+        .map_err(|e| Failure::new(exit::ERROR, format!("cannot catch signals: {e}")))?;
     let session = tokio::select! {
         session = global.connect() => session?,
         sig = signals.recv() => return Ok(exit::by_signal(sig)),
@@ -55,14 +56,29 @@ pub async fn run(global: &Global, o: Options) -> Result<u8, Failure> {
             close(session, global.session_timeout).await;
             return Err(Failure::new(
                 exit::TIMEOUT,
-                format!("{} is taken{holder}; did not wait (--timeout 0): try again later", o.lockpath),
+                format!(
+                    "{} is taken{holder}; did not wait (--timeout 0): try again later",
+                    o.lockpath
+                ),
             ));
         }
-        Err(err @ Error::Timeout { .. }) => {
+        Err(Error::Timeout {
+            path,
+            waited,
+            ahead,
+            ..
+        }) => {
+            // The library names the holder's node; the owner's id says more to an operator.
             let holder = holder_of(&lock).await;
             drop(lock);
             close(session, global.session_timeout).await;
-            return Err(Failure::new(exit::TIMEOUT, format!("{err}{holder}")));
+            return Err(Failure::new(
+                exit::TIMEOUT,
+                format!(
+                    "timed out after {:.1}s waiting for {path}: {ahead} ahead of us{holder}; nothing was acquired, try again later",
+                    waited.as_secs_f64()
+                ),
+            ));
         }
         Err(err) => return Err(err.into()),
     };
@@ -71,7 +87,12 @@ pub async fn run(global: &Global, o: Options) -> Result<u8, Failure> {
 }
 
 /// Runs CMD under the lease, then releases it.
-async fn hold(lease: Lease, session: Session, o: &Options, signals: &mut Signals) -> Result<u8, Failure> {
+async fn hold(
+    lease: Lease,
+    session: Session,
+    o: &Options,
+    signals: &mut Signals,
+) -> Result<u8, Failure> {
     tracing::info!(path = %o.lockpath, token = %lease.token(), "lock acquired: running CMD");
     let env = [
         ("ZKFENCE_TOKEN", lease.token().to_string()),

@@ -48,7 +48,10 @@ pub struct Failure {
 
 impl Failure {
     pub fn new(code: u8, message: impl Into<String>) -> Failure {
-        Failure { code, message: message.into() }
+        Failure {
+            code,
+            message: message.into(),
+        }
     }
 }
 
@@ -71,12 +74,18 @@ pub fn code_of(err: &Error) -> u8 {
 impl From<Error> for Failure {
     fn from(err: Error) -> Failure {
         // The library's messages already say what to do next.
-        Failure { code: code_of(&err), message: err.to_string() }
+        Failure {
+            code: code_of(&err),
+            message: err.to_string(),
+        }
     }
 }
 
 impl From<zkfence_testcontainers::HarnessError> for Failure {
     fn from(err: zkfence_testcontainers::HarnessError) -> Failure {
-        Failure::new(ERROR, format!("could not run a local ZooKeeper ensemble: {err}"))
+        Failure::new(
+            ERROR,
+            format!("could not run a local ZooKeeper ensemble: {err}"),
+        )
     }
 }

@@ -34,7 +34,13 @@ use crate::exit::Failure;
 )]
 struct Cli {
     /// ZooKeeper servers: host:port[,host:port...][/chroot].
-    #[arg(long, global = true, env = "ZKFENCE_CONNECT", default_value = "127.0.0.1:2181", value_name = "HOSTS")]
+    #[arg(
+        long,
+        global = true,
+        env = "ZKFENCE_CONNECT",
+        default_value = "127.0.0.1:2181",
+        value_name = "HOSTS"
+    )]
     connect: String,
 
     /// The session timeout to ask for: a crashed holder's lock frees about this long after it
@@ -168,9 +174,12 @@ pub(crate) struct Global {
 impl Global {
     /// Connects a session, or fails with exit code 3 (2 for a bad connect string).
     pub(crate) async fn connect(&self) -> Result<Session, Failure> {
-        Session::connect(&self.connect, SessionOptions::new().session_timeout(self.session_timeout))
-            .await
-            .map_err(Failure::from)
+        Session::connect(
+            &self.connect,
+            SessionOptions::new().session_timeout(self.session_timeout),
+        )
+        .await
+        .map_err(Failure::from)
     }
 }
 
@@ -217,14 +226,24 @@ fn init_logging(verbose: u8, filter: Option<&str>) {
     };
     let filter = tracing_subscriber::EnvFilter::try_new(filter.unwrap_or(default))
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).init();
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .init();
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging(cli.verbose, cli.log_level.as_deref());
-    let global = Global { connect: cli.connect, session_timeout: cli.session_timeout };
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let global = Global {
+        connect: cli.connect,
+        session_timeout: cli.session_timeout,
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("zkfence: cannot start the async runtime: {e}");
@@ -233,19 +252,57 @@ fn main() -> ExitCode {
     };
     let outcome = runtime.block_on(async move {
         match cli.command {
-            Command::Exec { lockpath, timeout, format, id, grace, cmd } => {
-                exec::run(&global, exec::Options { lockpath, timeout, format, id, grace, cmd }).await
+            Command::Exec {
+                lockpath,
+                timeout,
+                format,
+                id,
+                grace,
+                cmd,
+            } => {
+                exec::run(
+                    &global,
+                    exec::Options {
+                        lockpath,
+                        timeout,
+                        format,
+                        id,
+                        grace,
+                        cmd,
+                    },
+                )
+                .await
             }
-            Command::Elect { electionpath, id, once, grace, cmd } => {
-                elect::run(&global, elect::Options { path: electionpath, id, once, grace, cmd }).await
+            Command::Elect {
+                electionpath,
+                id,
+                once,
+                grace,
+                cmd,
+            } => {
+                elect::run(
+                    &global,
+                    elect::Options {
+                        path: electionpath,
+                        id,
+                        once,
+                        grace,
+                        cmd,
+                    },
+                )
+                .await
             }
-            Command::Status { lockpath, json } => status::run(&global, &lockpath, json, status::Kind::Lock).await,
+            Command::Status { lockpath, json } => {
+                status::run(&global, &lockpath, json, status::Kind::Lock).await
+            }
             Command::Leader { electionpath, json } => {
                 status::run(&global, &electionpath, json, status::Kind::Election).await
             }
-            Command::Ensemble(EnsembleCommand::Up { nodes, tick_time, max_session_timeout }) => {
-                ensemble::up(nodes, tick_time, max_session_timeout).await
-            }
+            Command::Ensemble(EnsembleCommand::Up {
+                nodes,
+                tick_time,
+                max_session_timeout,
+            }) => ensemble::up(nodes, tick_time, max_session_timeout).await,
             Command::Demo => demo::run().await,
         }
     });

@@ -14,7 +14,12 @@ const FRAME: Duration = Duration::from_millis(100);
 
 /// Runs `wait` and, if stderr is a terminal, shows a spinner with our position in the queue
 /// at `path` (found by our session id) until it completes. The line is erased afterwards.
-pub async fn show_while<T>(session: &Session, path: &str, verb: &str, wait: impl Future<Output = T>) -> T {
+pub async fn show_while<T>(
+    session: &Session,
+    path: &str,
+    verb: &str,
+    wait: impl Future<Output = T>,
+) -> T {
     if !std::io::stderr().is_terminal() {
         return wait.await;
     }
@@ -58,7 +63,13 @@ fn describe(contenders: &[Contender], me: i64) -> String {
     let age = crate::status::age_ms(holder.created_ms) as f64 / 1000.0;
     match index {
         0 => String::from("granted"),
-        1 => format!("next in line; held by {} (token {}) for {age:.0}s", holder.owner, holder.token),
-        n => format!("{n} ahead of us; held by {} (token {}) for {age:.0}s", holder.owner, holder.token),
+        1 => format!(
+            "next in line; held by {} for {age:.0}s (token {})",
+            holder.owner, holder.token
+        ),
+        n => format!(
+            "{n} ahead of us; held by {} for {age:.0}s (token {})",
+            holder.owner, holder.token
+        ),
     }
 }

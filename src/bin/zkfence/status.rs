@@ -55,8 +55,15 @@ pub async fn run(global: &Global, path: &str, json: bool, kind: Kind) -> Result<
     close(session, std::time::Duration::from_secs(1)).await;
     if json {
         let mut entries = contenders.iter().map(Entry::of);
-        let report = Report { path: path.to_string(), holder: entries.next(), waiters: entries.collect() };
-        println!("{}", serde_json::to_string_pretty(&report).expect("a report always serialises"));
+        let report = Report {
+            path: path.to_string(),
+            holder: entries.next(),
+            waiters: entries.collect(),
+        };
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report).expect("a report always serialises")
+        );
     } else {
         print!("{}", table(path, &contenders, kind));
     }
@@ -104,7 +111,11 @@ fn table(path: &str, contenders: &[Contender], kind: Kind) -> String {
         }
     }
     for row in std::iter::once(&header).chain(&rows) {
-        let cells: Vec<String> = row.iter().zip(widths).map(|(cell, w)| format!("{cell:<w$}")).collect();
+        let cells: Vec<String> = row
+            .iter()
+            .zip(widths)
+            .map(|(cell, w)| format!("{cell:<w$}"))
+            .collect();
         out.push_str(cells.join("  ").trim_end());
         out.push('\n');
     }
@@ -118,7 +129,10 @@ pub fn session_hex(id: i64) -> String {
 
 /// Milliseconds since `created_ms` (Unix ms, server clock); 0 if the clocks disagree.
 pub fn age_ms(created_ms: i64) -> u64 {
-    let now = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0);
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0);
     now.saturating_sub(created_ms).max(0) as u64
 }
 
@@ -136,7 +150,12 @@ mod tests {
             node: format!("/l/_c_x-lock-{seq:010}"),
             token: FencingToken::new(seq),
             session_id: 0x1000_0000_0000_00ab,
-            owner: OwnerInfo { id: Some(id.into()), host: Some("h".into()), pid: Some(7), ..OwnerInfo::default() },
+            owner: OwnerInfo {
+                id: Some(id.into()),
+                host: Some("h".into()),
+                pid: Some(7),
+                ..OwnerInfo::default()
+            },
             created_ms: 0,
             czxid: 1,
         }
@@ -144,12 +163,22 @@ mod tests {
 
     #[test]
     fn table_names_holder_and_waiters() {
-        let t = table("/l", &[contender(3, "alpha"), contender(4, "beta")], Kind::Lock);
+        let t = table(
+            "/l",
+            &[contender(3, "alpha"), contender(4, "beta")],
+            Kind::Lock,
+        );
         let lines: Vec<&str> = t.lines().collect();
         assert!(lines[0].starts_with("/l: held by alpha (h, pid 7)"), "{t}");
         assert!(lines[1].starts_with("ROLE"), "{t}");
-        assert!(lines[2].starts_with("holder") && lines[2].contains("0x10000000000000ab"), "{t}");
-        assert!(lines[3].starts_with("waiting") && lines[3].contains("beta"), "{t}");
+        assert!(
+            lines[2].starts_with("holder") && lines[2].contains("0x10000000000000ab"),
+            "{t}"
+        );
+        assert!(
+            lines[3].starts_with("waiting") && lines[3].contains("beta"),
+            "{t}"
+        );
         assert_eq!(table("/l", &[], Kind::Election), "/l: nobody leads it\n");
     }
 }

@@ -1,0 +1,663 @@
+//! The `zkfence` binary end to end, against real ZooKeeper ensembles: `exec` (exit codes,
+//! environment, lost lease, timeout, signals), `elect`, `status`/`leader` JSON,
+//! `ensemble up` and `demo`.
+
+mod common;
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use common::{children, connect, eventually, shared_ensemble, unique_path};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
+use tokio::process::{Child, Command};
+use tokio::time::Instant;
+use zkfence::Session;
+
+const BIN: &str = env!("CARGO_BIN_EXE_zkfence");
+
+/// `zkfence --connect CONNECT ARGS...`, with piped output, killed if the test ends first.
+fn zkfence(connect: &str, args: &[&str]) -> Command {
+    let mut cmd = Command::new(BIN);
+    cmd.arg("--connect")
+        .arg(connect)
+        .args(args)
+        .env_remove("ZKFENCE_CONNECT")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    cmd
+}
+
+struct Ran {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+/// Runs to completion (at most `limit`).
+async fn run(mut cmd: Command, limit: Duration) -> Ran {
+    let out = tokio::time::timeout(limit, cmd.output())
+        .await
+        .unwrap_or_else(|_| panic!("zkfence did not finish within {limit:?}"))
+        .expect("run zkfence");
+    Ran {
+        code: out.status.code(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// Waits for `child` to exit (at most `limit`) and collects what it wrote.
+async fn finish(mut child: Child, limit: Duration) -> Ran {
+    let mut stdout = child.stdout.take();
+    let mut stderr = child.stderr.take();
+    let status = tokio::time::timeout(limit, child.wait())
+        .await
+        .unwrap_or_else(|_| panic!("zkfence did not exit within {limit:?}"))
+        .expect("wait for zkfence");
+    let mut out = String::new();
+    let mut err = String::new();
+    if let Some(s) = stdout.as_mut() {
+        s.read_to_string(&mut out).await.unwrap();
+    }
+    if let Some(s) = stderr.as_mut() {
+        s.read_to_string(&mut err).await.unwrap();
+    }
+    Ran {
+        code: status.code(),
+        stdout: out,
+        stderr: err,
+    }
+}
+
+/// Reads the next line of the child's stdout (at most `limit`).
+async fn next_line(child: &mut Child, limit: Duration) -> String {
+    let stdout = child.stdout.take().expect("stdout piped");
+    let mut reader = BufReader::new(stdout);
+    let mut line = String::new();
+    tokio::time::timeout(limit, reader.read_line(&mut line))
+        .await
+        .unwrap_or_else(|_| panic!("no line from zkfence within {limit:?}"))
+        .expect("read a line");
+    // Give the pipe back, so later reads (and `finish`) see the rest.
+    child.stdout = Some(reader.into_inner());
+    line.trim_end().to_string()
+}
+
+fn signal(child: &Child, sig: i32) {
+    let pid = child.id().expect("still running") as i32;
+    // SAFETY: kill(2) on our own unreaped child.
+    assert_eq!(unsafe { libc::kill(pid, sig) }, 0);
+}
+
+fn alive(pid: i32) -> bool {
+    // SAFETY: signal 0 only checks that the process exists.
+    unsafe { libc::kill(pid, 0) == 0 }
+}
+
+/// The children of `dir` after a `sync`, so the view is as fresh as the leader's.
+async fn synced_children(session: &Session, dir: &str) -> Vec<String> {
+    let _ = session.client().sync(dir).await;
+    children(session, dir).await
+}
+
+/// Polls until `session` sees `n` contenders under `dir`.
+async fn until_queued(session: &Session, dir: &str, n: usize) {
+    eventually(
+        Duration::from_secs(10),
+        &format!("{n} contenders in {dir}"),
+        || async { children(session, dir).await.len() == n },
+    )
+    .await;
+}
+
+fn pid_file(name: &str) -> std::path::PathBuf {
+    std::env::temp_dir().join(format!(
+        "zkfence-cli-{name}-{}",
+        uuid::Uuid::new_v4().simple()
+    ))
+}
+
+fn read_pid(file: &std::path::Path) -> i32 {
+    std::fs::read_to_string(file)
+        .expect("CMD wrote its pid")
+        .trim()
+        .parse()
+        .expect("a pid")
+}
+
+#[tokio::test]
+async fn exec_passes_cmd_exit_code_and_environment() {
+    let zk = shared_ensemble();
+    let path = unique_path("exec-env");
+    let script = r#"echo "$ZKFENCE_TOKEN|$ZKFENCE_LOCK_PATH|$ZKFENCE_NODE"; exit 7"#;
+    for expected_token in ["0", "1"] {
+        let ran = run(
+            zkfence(
+                &zk.connect_string(),
+                &["exec", &path, "--", "sh", "-c", script],
+            ),
+            Duration::from_secs(20),
+        )
+        .await;
+        assert_eq!(
+            ran.code,
+            Some(7),
+            "CMD's exit code passes through; stderr: {}",
+            ran.stderr
+        );
+        let fields: Vec<&str> = ran.stdout.trim().split('|').collect();
+        assert_eq!(
+            fields[0], expected_token,
+            "tokens grow with each grant: {}",
+            ran.stdout
+        );
+        assert_eq!(fields[1], path);
+        assert!(
+            fields[2].starts_with(&format!("{path}/_c_")),
+            "ZKFENCE_NODE is our node: {}",
+            ran.stdout
+        );
+    }
+    let ran = run(
+        zkfence(&zk.connect_string(), &["exec", &path, "--", "true"]),
+        Duration::from_secs(20),
+    )
+    .await;
+    assert_eq!(ran.code, Some(0));
+    let observer = connect(&zk.connect_string(), Duration::from_secs(4)).await;
+    assert!(
+        synced_children(&observer, &path).await.is_empty(),
+        "every run released its node"
+    );
+
+    let ran = run(
+        zkfence(
+            &zk.connect_string(),
+            &["exec", &path, "--", "/nonexistent/cmd"],
+        ),
+        Duration::from_secs(20),
+    )
+    .await;
+    assert_eq!(ran.code, Some(127), "{}", ran.stderr);
+    assert!(ran.stderr.contains("not found"), "{}", ran.stderr);
+    assert!(
+        synced_children(&observer, &path).await.is_empty(),
+        "the lock is released when CMD cannot start"
+    );
+}
+
+/// Blackholes a CLI holder's connection while CMD sleeps: zkfence must stop CMD and exit 76.
+async fn lost_lease_case(name: &str, script: &str, expect_sigkill: bool) {
+    let zk = shared_ensemble();
+    let path = unique_path(name);
+    let proxy = zk.proxy().await.unwrap();
+    let pid_file = pid_file(name);
+    let script = script.replace("PIDFILE", &pid_file.display().to_string());
+    let mut cli = zkfence(
+        &proxy.connect_string(),
+        &[
+            "--session-timeout",
+            "2s",
+            "exec",
+            &path,
+            "--grace",
+            "1s",
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ],
+    )
+    .spawn()
+    .unwrap();
+    assert_eq!(next_line(&mut cli, Duration::from_secs(20)).await, "ready");
+    let cmd_pid = read_pid(&pid_file);
+    assert!(alive(cmd_pid));
+
+    proxy.blackhole();
+    let cut = Instant::now();
+    let ran = finish(cli, Duration::from_secs(20)).await;
+    let took = cut.elapsed();
+    let _ = std::fs::remove_file(&pid_file);
+    assert_eq!(
+        ran.code,
+        Some(76),
+        "exit 76 when the lease is lost; stderr: {}",
+        ran.stderr
+    );
+    assert!(
+        ran.stderr.contains("lost the lock"),
+        "says why: {}",
+        ran.stderr
+    );
+    assert!(!alive(cmd_pid), "CMD (pid {cmd_pid}) was terminated");
+    assert!(
+        ran.stderr.contains("SIGKILL after"),
+        "names the plan: {}",
+        ran.stderr
+    );
+    assert_eq!(
+        ran.stderr.contains("sending SIGKILL"),
+        expect_sigkill,
+        "{}",
+        ran.stderr
+    );
+    // The lease clock runs out just before the 2 s session could expire; then the grace.
+    assert!(
+        took < Duration::from_secs(2) + Duration::from_secs(if expect_sigkill { 3 } else { 2 }),
+        "took {took:?}"
+    );
+    proxy.heal();
+}
+
+#[tokio::test]
+async fn exec_terminates_cmd_when_the_lease_is_lost() {
+    lost_lease_case(
+        "exec-lost",
+        "echo $$ > PIDFILE; echo ready; exec sleep 60",
+        false,
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn exec_kills_a_cmd_that_ignores_sigterm_after_the_grace() {
+    lost_lease_case(
+        "exec-lost-kill",
+        r#"trap "" TERM; echo $$ > PIDFILE; echo ready; while :; do sleep 0.2; done"#,
+        true,
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn exec_times_out_naming_the_holder() {
+    let zk = shared_ensemble();
+    let path = unique_path("exec-timeout");
+    let holder = connect(&zk.connect_string(), Duration::from_secs(4)).await;
+    let lease = holder
+        .lock(&path)
+        .with_id("holder-x")
+        .acquire()
+        .await
+        .unwrap();
+
+    let started = Instant::now();
+    let ran = run(
+        zkfence(
+            &zk.connect_string(),
+            &["exec", &path, "--timeout", "1s", "--", "true"],
+        ),
+        Duration::from_secs(20),
+    )
+    .await;
+    assert_eq!(ran.code, Some(75), "{}", ran.stderr);
+    assert!(started.elapsed() >= Duration::from_secs(1));
+    assert!(
+        ran.stderr.contains("timed out") && ran.stderr.contains("holder-x"),
+        "names the holder: {}",
+        ran.stderr
+    );
+    assert!(
+        ran.stderr.contains("1 ahead of us"),
+        "names our position: {}",
+        ran.stderr
+    );
+    assert_eq!(ran.stderr.lines().count(), 1, "one line: {}", ran.stderr);
+
+    let ran = run(
+        zkfence(
+            &zk.connect_string(),
+            &["exec", &path, "--timeout", "0", "--", "true"],
+        ),
+        Duration::from_secs(20),
+    )
+    .await;
+    assert_eq!(ran.code, Some(75), "{}", ran.stderr);
+    assert!(ran.stderr.contains("holder-x"), "{}", ran.stderr);
+
+    let left = synced_children(&holder, &path).await;
+    assert_eq!(left.len(), 1, "only the holder's node remains: {left:?}");
+    assert!(lease.path().ends_with(&left[0]));
+    lease.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn sigterm_while_waiting_leaves_no_node() {
+    let zk = shared_ensemble();
+    let path = unique_path("exec-sig-wait");
+    let holder = connect(&zk.connect_string(), Duration::from_secs(4)).await;
+    let lease = holder.lock(&path).acquire().await.unwrap();
+    let cli = zkfence(
+        &zk.connect_string(),
+        &["exec", &path, "--", "echo", "must not run"],
+    )
+    .spawn()
+    .unwrap();
+    until_queued(&holder, &path, 2).await;
+
+    signal(&cli, libc::SIGTERM);
+    let ran = finish(cli, Duration::from_secs(10)).await;
+    assert_eq!(ran.code, Some(128 + libc::SIGTERM), "{}", ran.stderr);
+    assert!(!ran.stdout.contains("must not run"));
+    // Checked at once: zkfence waited for the ensemble to remove the node before exiting.
+    let left = synced_children(&holder, &path).await;
+    assert_eq!(left.len(), 1, "only the holder's node remains: {left:?}");
+    lease.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn sigterm_while_holding_is_forwarded_and_the_lock_released() {
+    let zk = shared_ensemble();
+    let path = unique_path("exec-sig-hold");
+    let pid_file = pid_file("sig-hold");
+    let script = format!(
+        "echo $$ > {}; echo ready; exec sleep 60",
+        pid_file.display()
+    );
+    let mut cli = zkfence(
+        &zk.connect_string(),
+        &["exec", &path, "--", "sh", "-c", &script],
+    )
+    .spawn()
+    .unwrap();
+    assert_eq!(next_line(&mut cli, Duration::from_secs(20)).await, "ready");
+    let cmd_pid = read_pid(&pid_file);
+    let _ = std::fs::remove_file(&pid_file);
+
+    signal(&cli, libc::SIGTERM);
+    let ran = finish(cli, Duration::from_secs(10)).await;
+    assert_eq!(
+        ran.code,
+        Some(128 + libc::SIGTERM),
+        "CMD died of the forwarded SIGTERM; stderr: {}",
+        ran.stderr
+    );
+    assert!(!alive(cmd_pid), "CMD got the signal");
+    let observer = connect(&zk.connect_string(), Duration::from_secs(4)).await;
+    assert!(
+        synced_children(&observer, &path).await.is_empty(),
+        "the lock was released before zkfence exited"
+    );
+}
+
+#[tokio::test]
+async fn elect_runs_cmd_only_while_leading() {
+    let zk = shared_ensemble();
+    let path = unique_path("elect");
+    let proxy = zk.proxy().await.unwrap();
+    let mut first = zkfence(
+        &proxy.connect_string(),
+        &[
+            "--session-timeout",
+            "2s",
+            "elect",
+            &path,
+            "--id",
+            "first",
+            "--once",
+            "--grace",
+            "1s",
+            "--",
+            "sh",
+            "-c",
+            "echo ready; exec sleep 60",
+        ],
+    )
+    .spawn()
+    .unwrap();
+    assert_eq!(
+        next_line(&mut first, Duration::from_secs(20)).await,
+        "ready"
+    );
+    let script = r#"echo "$ZKFENCE_LEADER_ID $ZKFENCE_TOKEN $ZKFENCE_LOCK_PATH"; exit 5"#;
+    let second = zkfence(
+        &zk.connect_string(),
+        &[
+            "elect", &path, "--id", "second", "--once", "--", "sh", "-c", script,
+        ],
+    )
+    .spawn()
+    .unwrap();
+    let observer = connect(&zk.connect_string(), Duration::from_secs(4)).await;
+    until_queued(&observer, &path, 2).await;
+    assert_eq!(
+        observer
+            .election(&path)
+            .leader()
+            .await
+            .unwrap()
+            .unwrap()
+            .id
+            .as_deref(),
+        Some("first")
+    );
+
+    proxy.blackhole();
+    let first = finish(first, Duration::from_secs(20)).await;
+    assert_eq!(
+        first.code,
+        Some(76),
+        "leadership lost with --once: {}",
+        first.stderr
+    );
+    assert!(first.stderr.contains("lost leadership"), "{}", first.stderr);
+    let second = finish(second, Duration::from_secs(20)).await;
+    assert_eq!(
+        second.code,
+        Some(5),
+        "CMD's code with --once: {}",
+        second.stderr
+    );
+    assert_eq!(second.stdout.trim(), format!("second 1 {path}"));
+    assert!(
+        synced_children(&observer, &path).await.is_empty(),
+        "the leader resigned"
+    );
+    proxy.heal();
+}
+
+#[tokio::test]
+async fn elect_campaigns_again_after_cmd_exits_until_signalled() {
+    let zk = shared_ensemble();
+    let path = unique_path("elect-again");
+    let script = r#"echo "term $ZKFENCE_TOKEN"; sleep 0.2"#;
+    let mut cli = zkfence(
+        &zk.connect_string(),
+        &["elect", &path, "--id", "looper", "--", "sh", "-c", script],
+    )
+    .spawn()
+    .unwrap();
+    // Each term ends when CMD exits; zkfence resigns and leads again with a newer token.
+    assert_eq!(next_line(&mut cli, Duration::from_secs(20)).await, "term 0");
+    assert_eq!(next_line(&mut cli, Duration::from_secs(20)).await, "term 1");
+    signal(&cli, libc::SIGTERM);
+    let ran = finish(cli, Duration::from_secs(10)).await;
+    assert_eq!(ran.code, Some(128 + libc::SIGTERM), "{}", ran.stderr);
+    let observer = connect(&zk.connect_string(), Duration::from_secs(4)).await;
+    assert!(
+        synced_children(&observer, &path).await.is_empty(),
+        "left the election"
+    );
+}
+
+#[tokio::test]
+async fn status_and_leader_report_known_queues_as_json() {
+    let zk = shared_ensemble();
+    let lock_path = unique_path("status");
+    let a = connect(&zk.connect_string(), Duration::from_secs(4)).await;
+    let b = connect(&zk.connect_string(), Duration::from_secs(4)).await;
+    let lease = a.lock(&lock_path).with_id("alpha").acquire().await.unwrap();
+    let lock_b = b.lock(&lock_path).with_id("beta");
+    let waiting = tokio::spawn(async move { lock_b.acquire().await.map(drop) });
+    until_queued(&a, &lock_path, 2).await;
+
+    let ran = run(
+        zkfence(&zk.connect_string(), &["status", &lock_path, "--json"]),
+        Duration::from_secs(20),
+    )
+    .await;
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    let json: serde_json::Value = serde_json::from_str(&ran.stdout).expect("valid JSON");
+    assert_eq!(json["path"], lock_path.as_str());
+    let holder = &json["holder"];
+    assert_eq!(holder["owner"], "alpha");
+    assert_eq!(holder["token"], 0);
+    assert_eq!(holder["node"], lease.path());
+    assert_eq!(holder["session_id"], format!("0x{:x}", a.id() as u64));
+    assert!(holder["age_ms"].as_u64().is_some());
+    let waiters = json["waiters"].as_array().unwrap();
+    assert_eq!(waiters.len(), 1);
+    assert_eq!(waiters[0]["owner"], "beta");
+    assert_eq!(waiters[0]["token"], 1);
+    assert_eq!(waiters[0]["session_id"], format!("0x{:x}", b.id() as u64));
+    let mut keys: Vec<&String> = holder.as_object().unwrap().keys().collect();
+    keys.sort();
+    assert_eq!(
+        keys,
+        ["age_ms", "node", "owner", "session_id", "token"],
+        "the contender shape is stable"
+    );
+
+    let ran = run(
+        zkfence(&zk.connect_string(), &["status", &lock_path]),
+        Duration::from_secs(20),
+    )
+    .await;
+    assert_eq!(ran.code, Some(0));
+    assert!(
+        ran.stdout
+            .starts_with(&format!("{lock_path}: held by alpha")),
+        "{}",
+        ran.stdout
+    );
+    assert!(
+        ran.stdout.contains("waiting") && ran.stdout.contains("beta"),
+        "{}",
+        ran.stdout
+    );
+    lease.release().await.unwrap();
+    waiting.await.unwrap().unwrap();
+
+    let election_path = unique_path("leader");
+    let c1 = a.election(&election_path).campaign("c1").await.unwrap();
+    let election_b = b.election(&election_path);
+    let candidate = tokio::spawn(async move { election_b.campaign("c2").await.map(drop) });
+    until_queued(&a, &election_path, 2).await;
+    let ran = run(
+        zkfence(&zk.connect_string(), &["leader", &election_path, "--json"]),
+        Duration::from_secs(20),
+    )
+    .await;
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    let json: serde_json::Value = serde_json::from_str(&ran.stdout).expect("valid JSON");
+    assert_eq!(json["holder"]["owner"], "c1");
+    assert_eq!(json["holder"]["token"], c1.token().get());
+    assert_eq!(json["waiters"][0]["owner"], "c2");
+    let ran = run(
+        zkfence(&zk.connect_string(), &["leader", &election_path]),
+        Duration::from_secs(20),
+    )
+    .await;
+    assert!(
+        ran.stdout
+            .starts_with(&format!("{election_path}: led by c1")),
+        "{}",
+        ran.stdout
+    );
+    c1.resign().await.unwrap();
+    candidate.await.unwrap().unwrap();
+
+    let ran = run(
+        zkfence(
+            &zk.connect_string(),
+            &["status", &unique_path("empty"), "--json"],
+        ),
+        Duration::from_secs(20),
+    )
+    .await;
+    let json: serde_json::Value = serde_json::from_str(&ran.stdout).expect("valid JSON");
+    assert!(
+        json["holder"].is_null() && json["waiters"].as_array().unwrap().is_empty(),
+        "{json}"
+    );
+}
+
+#[tokio::test]
+async fn usage_and_connection_errors_have_their_codes() {
+    let ran = run(
+        zkfence("127.0.0.1:1", &["exec", "/x"]),
+        Duration::from_secs(10),
+    )
+    .await;
+    assert_eq!(ran.code, Some(2), "CMD missing is a usage error");
+    let ran = run(
+        zkfence("127.0.0.1:1", &["--session-timeout", "1s", "status", "/x"]),
+        Duration::from_secs(10),
+    )
+    .await;
+    assert_eq!(ran.code, Some(3), "{}", ran.stderr);
+    assert!(
+        ran.stderr.starts_with("zkfence: could not reach") && ran.stderr.lines().count() == 1,
+        "{}",
+        ran.stderr
+    );
+    let ran = run(
+        zkfence(
+            &shared_ensemble().connect_string(),
+            &["status", "relative/path"],
+        ),
+        Duration::from_secs(10),
+    )
+    .await;
+    assert_eq!(ran.code, Some(2), "{}", ran.stderr);
+    assert!(ran.stderr.contains("must start with '/'"), "{}", ran.stderr);
+    let ran = run(
+        zkfence(
+            "127.0.0.1:1",
+            &["--session-timeout", "soon", "status", "/x"],
+        ),
+        Duration::from_secs(10),
+    )
+    .await;
+    assert_eq!(ran.code, Some(2));
+}
+
+#[tokio::test]
+async fn ensemble_up_prints_its_connect_string_and_stops_on_sigterm() {
+    let mut up = zkfence("unused:1", &["ensemble", "up", "--nodes", "1"])
+        .spawn()
+        .unwrap();
+    let connect_string = next_line(&mut up, Duration::from_secs(60)).await;
+    assert!(connect_string.starts_with("127.0.0.1:"), "{connect_string}");
+    let session = connect(&connect_string, Duration::from_secs(4)).await;
+    let lease = session.lock("/up").acquire().await.unwrap();
+    lease.release().await.unwrap();
+    drop(session);
+
+    signal(&up, libc::SIGTERM);
+    let ran = finish(up, Duration::from_secs(15)).await;
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    let port: u16 = connect_string.rsplit(':').next().unwrap().parse().unwrap();
+    assert!(
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_err(),
+        "the server is gone"
+    );
+}
+
+#[tokio::test]
+async fn demo_keeps_every_promise() {
+    let ran = run(zkfence("unused:1", &["demo"]), Duration::from_secs(120)).await;
+    assert_eq!(
+        ran.code,
+        Some(0),
+        "demo failed:\n{}\n{}",
+        ran.stdout,
+        ran.stderr
+    );
+    assert_eq!(ran.stdout.matches('✔').count(), 6, "{}", ran.stdout);
+    assert!(ran.stdout.contains("all 5 promises held"), "{}", ran.stdout);
+    assert!(!ran.stdout.contains('✘'));
+}
