@@ -1,13 +1,5 @@
-//! Leader election: the lock's queue, seen from the candidates' side.
-//!
-//! # Election or lock?
-//!
-//! Both are the same queue (one node per contender, the head holds). The difference is use:
-//! a [`Lock`](crate::Lock) is taken for a piece of work and released after it; an election
-//! is joined for the life of a process, its head *is* the leader until it dies or resigns,
-//! and everyone else may ask who leads ([`Election::leader`]) or follow the changes
-//! ([`Election::observe`]). The leadership token fences the leader's writes exactly like a
-//! lock's.
+//! Leader election: the lock's queue, seen from the candidates' side. The user-facing
+//! explanation (guarantees, election or lock) is on [`Election`].
 
 use std::future::Future;
 use std::time::Duration;
@@ -22,7 +14,46 @@ use crate::queue::{self, Queue};
 use crate::session::Session;
 use crate::Lease;
 
-/// A leader election under the directory `path`. Made by [`Session::election`].
+/// A leader election under the directory `path`: several candidates campaign, exactly one
+/// leads at a time. Made by [`Session::election`].
+///
+/// # Guarantees
+///
+/// - **At most one leader that knows it leads.** Candidates queue as for a
+///   [`Lock`](crate::Lock), and the head of the queue leads. A leader is told its leadership
+///   is lost ([`Leadership::lost`], [`Leadership::state`]) *before* the ensemble can elect
+///   anyone else, also when it is partitioned from the ensemble: the session's lease clock
+///   runs out before the server can expire the session.
+/// - **Order.** Candidates are elected in the order they campaigned;
+///   [`Leadership::resign`] hands over to the next in line.
+/// - **Fencing.** Each leadership's [`token`](Leadership::token) is larger than every earlier
+///   leader's. Pass it with every write and let the resource refuse older ones
+///   ([`Fence`](crate::Fence), or [`Lease::fenced_write`] for data in ZooKeeper).
+/// - **A new session is a new candidate.** A candidate's node belongs to its session. After
+///   the session expires, connect a new [`Session`] and campaign again: the new candidate
+///   queues behind whatever node the dead session left, and never takes that node for its own
+///   (Curator's `LeaderLatch` did, and elected two leaders: CURATOR-696).
+/// - **A server failover costs nothing.** The crash of a ZooKeeper server, the ensemble's
+///   leader included, changes no leadership when the sessions reconnect within their lease.
+///
+/// The limit is the lock's: a leader that stalls (a GC pause) between looking at its state and
+/// acting may act after it lost. Only a resource that checks the token can stop that.
+///
+/// # Election or lock?
+///
+/// Both are the same fair queue of ephemeral sequential nodes, fenced the same way. They
+/// differ in use:
+///
+/// | | [`Lock`](crate::Lock) | `Election` |
+/// |---|---|---|
+/// | held | for one piece of work, then released | for the life of the process |
+/// | the others | wait to do *their* work | stand by to take over the *same* work |
+/// | who holds it | [`Lock::contenders`](crate::Lock::contenders) | [`leader`](Self::leader); [`observe`](Self::observe) follows every change |
+/// | the loop | yours | [`run`](Self::run): campaign, lead, queue again, until shut down |
+///
+/// Use a lock when the question is "may I do this now?", an election when it is "which of
+/// us is in charge?". The job-scheduler recipe (`recipes/scheduler_leader.rs`) shows an
+/// election with failover and fenced writes.
 ///
 /// ```no_run
 /// # async fn f(session: zkfence::Session) -> zkfence::Result<()> {
@@ -43,7 +74,9 @@ pub struct Election {
 
 impl std::fmt::Debug for Election {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Election").field("path", &self.path).finish()
+        f.debug_struct("Election")
+            .field("path", &self.path)
+            .finish()
     }
 }
 
@@ -86,12 +119,14 @@ impl Leadership {
         self.lease.state()
     }
 
-    /// Resolves when leadership is lost, before any other candidate can be elected.
+    /// Resolves when leadership is lost, with the reason: before any other candidate can be
+    /// elected. Cancel safe.
     pub async fn lost(&self) -> LossReason {
         self.lease.lost().await
     }
 
-    /// Hands leadership to the next candidate in line and waits until the ensemble has it.
+    /// Hands leadership to the next candidate in line: deletes our node and waits until the
+    /// ensemble confirms it. Dropping a `Leadership` resigns too, in the background.
     pub async fn resign(self) -> Result<()> {
         tracing::info!(id = %self.id, token = %self.token(), "resigning leadership");
         self.lease.release().await
@@ -130,7 +165,10 @@ pub trait LeaderTask: Send {
 
 impl Election {
     pub(crate) fn new(session: Session, path: &str) -> Election {
-        Election { session, path: path.to_string() }
+        Election {
+            session,
+            path: path.to_string(),
+        }
     }
 
     /// The election directory.
@@ -139,7 +177,12 @@ impl Election {
     }
 
     fn queue(&self, id: &str) -> Queue {
-        Queue::new(self.session.clone(), &self.path, NodeFormat::Curator, &OwnerInfo::for_this_process(Some(id)))
+        Queue::new(
+            self.session.clone(),
+            &self.path,
+            NodeFormat::Curator,
+            &OwnerInfo::for_this_process(Some(id)),
+        )
     }
 
     /// Joins the election as candidate `id` and waits until it leads.
@@ -147,10 +190,21 @@ impl Election {
     /// # Cancel safety
     /// Cancel safe: a dropped campaign leaves no node behind.
     pub async fn campaign(&self, id: &str) -> Result<Leadership> {
-        let grant = self.queue(id).join(1, None).await?;
+        let grant = self
+            .queue(id)
+            .join(queue::Admission::Exclusive, None)
+            .await?;
         tracing::info!(election = %self.path, %id, token = grant.sequence, "elected leader");
-        let lease = Lease::new(self.session.clone(), self.path.clone(), grant, Claim::none());
-        Ok(Leadership { lease, id: id.to_string() })
+        let lease = Lease::new(
+            self.session.clone(),
+            self.path.clone(),
+            grant,
+            Claim::none(),
+        );
+        Ok(Leadership {
+            lease,
+            id: id.to_string(),
+        })
     }
 
     /// The current leader, or `None` if nobody campaigns.
@@ -167,9 +221,15 @@ impl Election {
     }
 
     /// Follows leader changes: the first item is the leader now, then one item per change
-    /// (`None` when nobody leads). Every observer is woken by every change of the candidate
-    /// list, so keep observers few; a leadership shorter than one round trip may be skipped,
-    /// but the order is that of the elections (tokens only grow).
+    /// (`None` when nobody leads), in the order of the elections (tokens only grow). A
+    /// leadership shorter than one round trip may be skipped. Works from any session, also
+    /// one that never campaigns.
+    ///
+    /// Observers see the ensemble's view, which lags the candidates' own: a partitioned or
+    /// crashed leader is reported until the ensemble expires its session (the leader itself
+    /// has heard [`Leadership::lost`] by then). Every observer is woken by every change of the
+    /// candidate list, so keep observers few. The stream ends after an error item, e.g. when
+    /// the observing session expires. [`LeaderChanges`] is also a `futures::Stream`.
     pub fn observe(&self) -> LeaderChanges {
         let (tx, rx) = mpsc::unbounded_channel();
         let shared = self.session.shared().clone();
@@ -177,10 +237,18 @@ impl Election {
         let task = tokio::spawn(async move {
             let mut last: Option<Option<String>> = None;
             loop {
-                let watched = queue::retry_read(&shared, "watch", &path, || shared.client.list_and_watch_children(&path));
+                let watched = queue::retry_read(&shared, "watch", &path, || {
+                    shared.client.list_and_watch_children(&path)
+                });
                 let (head, watcher) = match watched.await {
-                    Ok((children, watcher)) => (node::queue_order(children).into_iter().next(), Some(watcher)),
-                    Err(Error::ZooKeeper { source: zk::Error::NoNode, .. }) => (None, None),
+                    Ok((children, watcher)) => (
+                        node::queue_order(children).into_iter().next(),
+                        Some(watcher),
+                    ),
+                    Err(Error::ZooKeeper {
+                        source: zk::Error::NoNode,
+                        ..
+                    }) => (None, None),
                     Err(err) => {
                         let _ = tx.send(Err(err));
                         return;
@@ -244,7 +312,12 @@ impl Election {
     /// - [`Error::SessionExpired`], [`Error::SessionClosed`]: the session ended, and with it
     ///   any leadership. Connect a new [`Session`] and call `run` again.
     /// - Any error `lead` returns, after leadership was handed on.
-    pub async fn run<T: LeaderTask>(&self, id: &str, task: &mut T, shutdown: impl Future<Output = ()>) -> Result<()> {
+    pub async fn run<T: LeaderTask>(
+        &self,
+        id: &str,
+        task: &mut T,
+        shutdown: impl Future<Output = ()>,
+    ) -> Result<()> {
         enum Ended {
             Shutdown,
             Lost(LossReason),
@@ -310,15 +383,21 @@ impl Election {
         let shared = self.session.shared();
         match tokio::time::timeout(shared.session_timeout, shared.delete_until_gone(node)).await {
             Ok(Ok(())) => {}
-            Ok(Err(err)) => tracing::debug!(%node, %err, "leadership node not deleted: the session ended, which removes it"),
-            Err(_) => tracing::warn!(%node, "no answer while resigning; the node goes with the session"),
+            Ok(Err(err)) => {
+                tracing::debug!(%node, %err, "leadership node not deleted: the session ended, which removes it")
+            }
+            Err(_) => {
+                tracing::warn!(%node, "no answer while resigning; the node goes with the session")
+            }
         }
     }
 }
 
 async fn read_leader(shared: &crate::session::Shared, dir: &str, name: &str) -> Option<LeaderInfo> {
     let node = format!("{dir}/{name}");
-    let (data, stat) = queue::retry_read(shared, "read", &node, || shared.client.get_data(&node)).await.ok()?;
+    let (data, stat) = queue::retry_read(shared, "read", &node, || shared.client.get_data(&node))
+        .await
+        .ok()?;
     let owner = OwnerInfo::decode(&data);
     Some(LeaderInfo {
         id: owner.id.clone(),
@@ -341,6 +420,17 @@ impl LeaderChanges {
     /// was delivered (e.g. the session expired).
     pub async fn next(&mut self) -> Option<Result<Option<LeaderInfo>>> {
         self.rx.recv().await
+    }
+}
+
+impl futures::Stream for LeaderChanges {
+    type Item = Result<Option<LeaderInfo>>;
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        self.rx.poll_recv(cx)
     }
 }
 

@@ -10,8 +10,9 @@ use tokio::time::Instant;
 use zookeeper_client as zk;
 
 use crate::error::{Error, Result};
+use crate::node::Role;
 use crate::node::{NodeFormat, OwnerInfo};
-use crate::queue::{Contender, Grant, Queue};
+use crate::queue::{Admission, Contender, Grant, Queue};
 use crate::session::{Holding, Session, SessionState};
 
 /// A number that grows with every grant of one lock: give it to the protected resource with
@@ -124,6 +125,7 @@ pub enum LeaseState {
 /// ```
 pub struct Lock {
     queue: Queue,
+    admission: Admission,
     busy: Arc<AtomicBool>,
 }
 
@@ -132,15 +134,34 @@ impl fmt::Debug for Lock {
         f.debug_struct("Lock")
             .field("path", &self.queue.dir)
             .field("format", &self.queue.format)
+            .field("admission", &self.admission)
             .finish()
     }
 }
 
 impl Lock {
     pub(crate) fn new(session: Session, path: &str) -> Lock {
+        Lock::with_rule(session, path, Role::Lock, Admission::Exclusive)
+    }
+
+    /// The read side of a read/write lock: held together with other readers, never with a
+    /// writer. A reader behind a waiting writer waits (no writer starvation).
+    pub(crate) fn read(session: Session, path: &str) -> Lock {
+        Lock::with_rule(session, path, Role::Read, Admission::Shared)
+    }
+
+    /// The write side of a read/write lock: exclusive against readers and writers.
+    pub(crate) fn write(session: Session, path: &str) -> Lock {
+        Lock::with_rule(session, path, Role::Write, Admission::Exclusive)
+    }
+
+    fn with_rule(session: Session, path: &str, role: Role, admission: Admission) -> Lock {
         let owner = OwnerInfo::for_this_process(None);
+        let mut queue = Queue::new(session, path, NodeFormat::default(), &owner);
+        queue.role = role;
         Lock {
-            queue: Queue::new(session, path, NodeFormat::default(), &owner),
+            queue,
+            admission,
             busy: Arc::new(AtomicBool::new(false)),
         }
     }
@@ -202,7 +223,7 @@ impl Lock {
     /// - [`Error::NodeDeleted`] if someone deleted our node while we waited.
     pub async fn acquire(&self) -> Result<Lease> {
         let claim = self.claim()?;
-        let grant = self.queue.join(1, None).await?;
+        let grant = self.queue.join(self.admission, None).await?;
         Ok(self.lease(grant, claim))
     }
 
@@ -211,7 +232,10 @@ impl Lock {
     /// is returned.
     pub async fn acquire_timeout(&self, timeout: Duration) -> Result<Lease> {
         let claim = self.claim()?;
-        let grant = self.queue.join(1, Some(Instant::now() + timeout)).await?;
+        let grant = self
+            .queue
+            .join(self.admission, Some(Instant::now() + timeout))
+            .await?;
         Ok(self.lease(grant, claim))
     }
 
@@ -221,7 +245,7 @@ impl Lock {
         let claim = self.claim()?;
         Ok(self
             .queue
-            .try_join(1)
+            .try_join(self.admission)
             .await?
             .map(|grant| self.lease(grant, claim)))
     }

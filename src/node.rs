@@ -22,10 +22,17 @@ pub enum NodeFormat {
 
 impl NodeFormat {
     /// The node name prefix (before the server-appended sequence) for a contender `uuid`.
-    pub(crate) fn prefix(self, uuid: &uuid::Uuid) -> String {
-        match self {
-            NodeFormat::Curator => format!("_c_{}-lock-", uuid.hyphenated()),
-            NodeFormat::Kazoo => format!("{}__lock__", uuid.simple()),
+    ///
+    /// Read/write locks use the names of each peer's own read/write lock (Curator's
+    /// `InterProcessReadWriteLock`: `__READ__`/`__WRIT__`; Kazoo's `ReadLock`/`WriteLock`:
+    /// `__rlock__`/`__lock__`), so they coordinate with those too.
+    pub(crate) fn prefix(self, uuid: &uuid::Uuid, role: Role) -> String {
+        match (self, role) {
+            (NodeFormat::Curator, Role::Lock) => format!("_c_{}-lock-", uuid.hyphenated()),
+            (NodeFormat::Curator, Role::Read) => format!("_c_{}-__READ__", uuid.hyphenated()),
+            (NodeFormat::Curator, Role::Write) => format!("_c_{}-__WRIT__", uuid.hyphenated()),
+            (NodeFormat::Kazoo, Role::Lock | Role::Write) => format!("{}__lock__", uuid.simple()),
+            (NodeFormat::Kazoo, Role::Read) => format!("{}__rlock__", uuid.simple()),
         }
     }
 
@@ -51,6 +58,22 @@ impl std::str::FromStr for NodeFormat {
             )),
         }
     }
+}
+
+/// What a contender's node says it wants.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Role {
+    /// A plain lock (also an election candidate).
+    Lock,
+    /// A shared (read) hold.
+    Read,
+    /// An exclusive (write) hold.
+    Write,
+}
+
+/// True for a reader's node (ours, Curator's or Kazoo's); every other contender is exclusive.
+pub(crate) fn is_shared(name: &str) -> bool {
+    name.contains("__READ__") || name.contains("__rlock__")
 }
 
 /// The sequence number at the end of a contender's name, if it has one.
@@ -255,16 +278,19 @@ mod tests {
     fn formats_match_peers() {
         let u = uuid::Uuid::nil();
         assert_eq!(
-            NodeFormat::Curator.prefix(&u),
+            NodeFormat::Curator.prefix(&u, Role::Lock),
             "_c_00000000-0000-0000-0000-000000000000-lock-"
         );
         assert_eq!(
-            NodeFormat::Kazoo.prefix(&u),
+            NodeFormat::Kazoo.prefix(&u, Role::Lock),
             "00000000000000000000000000000000__lock__"
         );
-        assert!(NodeFormat::Kazoo
-            .prefix(&u)
-            .starts_with(&NodeFormat::Kazoo.marker(&u)));
+        for role in [Role::Lock, Role::Read, Role::Write] {
+            for f in [NodeFormat::Curator, NodeFormat::Kazoo] {
+                assert!(f.prefix(&u, role).starts_with(&f.marker(&u)));
+                assert_eq!(is_shared(&f.prefix(&u, role)), role == Role::Read);
+            }
+        }
     }
 
     #[test]

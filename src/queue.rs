@@ -1,7 +1,7 @@
 //! The one mechanism: a fair queue of ephemeral sequential nodes under a lock directory.
 //!
-//! Every recipe is a view over this queue; they differ in how many contenders at the head
-//! may hold at once (`permits`) and in what their guard exposes.
+//! Every recipe is a view over this queue; they differ in who may hold ([`Admission`]: the
+//! head only, or every reader with no writer ahead) and in what their guard exposes.
 //!
 //! # Algorithm
 //!
@@ -11,11 +11,12 @@
 //!    children and adopt a node carrying our uuid *and* owned by our session; otherwise create
 //!    again. A node of another session is never adopted.
 //! 2. **Position** — list the children, keep those ending in a sequence, sort by it. Our index
-//!    `< permits` means we hold.
-//! 3. **Wait on one node** — watch the node `permits` places ahead of us (for a lock: our
-//!    immediate predecessor). One release wakes one waiter: no herd. When it is deleted and it
-//!    was the head of our last listing, we hold without listing again (sequence numbers only
-//!    grow, so nothing can have appeared ahead of us); otherwise list again.
+//!    0 means we hold (a reader: no exclusive contender ahead).
+//! 3. **Wait on one node** — watch our immediate predecessor (a reader: the last writer
+//!    ahead). One release wakes one waiter: no
+//!    herd. When it is deleted and it was the last obstacle in our last listing, we hold
+//!    without listing again (sequence numbers only grow, so nothing can have appeared ahead
+//!    of us); otherwise list again.
 //! 4. **Leave** — delete our node by its full path. A cancelled wait (a dropped future) hands
 //!    the delete to a background task; if the create's outcome was unknown, the task finds the
 //!    node by uuid first.
@@ -42,6 +43,8 @@ pub(crate) struct Queue {
     pub(crate) dir: String,
     pub(crate) format: NodeFormat,
     pub(crate) data: Vec<u8>,
+    /// What our nodes say we want (shapes the node name only; see [`Admission`]).
+    pub(crate) role: node::Role,
     /// Fixed contender uuid, for tests that need a collision; normally a fresh one per join.
     pub(crate) uuid: Option<uuid::Uuid>,
 }
@@ -62,6 +65,67 @@ pub(crate) struct Grant {
 pub(crate) struct Progress {
     pub(crate) ahead: usize,
     pub(crate) holder: Option<String>,
+}
+
+/// Who may hold: the one parameter in which recipes differ.
+///
+/// (A semaphore is *not* `n` holders at the head watching the node `n` places ahead: the
+/// first waiter would then only wake when the oldest holder leaves, not when any does.
+/// Curator's `InterProcessSemaphoreV2` and Kazoo's `Semaphore` serialise waiters with a
+/// mutex and watch a leases directory instead; that is a different mechanism.)
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Admission {
+    /// Only the head holds: a lock, a write lock, an election. Wait on the immediate
+    /// predecessor.
+    Exclusive,
+    /// Hold while no exclusive contender is ahead: a read lock. Wait on the last exclusive
+    /// contender ahead.
+    Shared,
+}
+
+impl Admission {
+    /// Where we stand in `queue` (sorted) at `index`: hold, or wait on one contender.
+    fn place(self, queue: &[(i64, String)], index: usize) -> Place {
+        match self {
+            Admission::Exclusive if index == 0 => Place::Holds,
+            Admission::Exclusive => Place::Waits {
+                watched: index - 1,
+                // Our predecessor was the head: its deletion makes us the head, since nothing
+                // smaller than our sequence can appear.
+                holds_when_gone: index == 1,
+            },
+            Admission::Shared => {
+                match queue[..index]
+                    .iter()
+                    .rposition(|(_, n)| !node::is_shared(n))
+                {
+                    None => Place::Holds,
+                    Some(watched) => Place::Waits {
+                        watched,
+                        // Only readers ahead of the writer we watch: when it goes, we hold.
+                        holds_when_gone: queue[..watched].iter().all(|(_, n)| node::is_shared(n)),
+                    },
+                }
+            }
+        }
+    }
+
+    /// True if the contenders listed (before we enqueue) would make us wait.
+    fn blocked_by(self, names: &[String]) -> bool {
+        let mut contenders = names.iter().filter(|c| node::sequence_of(c).is_some());
+        match self {
+            Admission::Exclusive => contenders.next().is_some(),
+            Admission::Shared => contenders.any(|c| !node::is_shared(c)),
+        }
+    }
+}
+
+enum Place {
+    Holds,
+    Waits {
+        watched: usize,
+        holds_when_gone: bool,
+    },
 }
 
 /// One contender in a queue, as [`Lock::contenders`](crate::Lock::contenders) reports it.
@@ -232,6 +296,7 @@ impl Queue {
             dir: dir.to_string(),
             format,
             data: owner.encode(),
+            role: node::Role::Lock,
             uuid: None,
         }
     }
@@ -240,11 +305,15 @@ impl Queue {
         self.session.shared()
     }
 
-    /// Joins the queue and waits until fewer than `permits` contenders are ahead of us.
+    /// Joins the queue and waits until `admission` lets us hold.
     ///
     /// Cancel safe: dropping the future removes our node in the background. On an error or
     /// when `deadline` passes, the node is removed before this returns.
-    pub(crate) async fn join(&self, permits: usize, deadline: Option<Instant>) -> Result<Grant> {
+    pub(crate) async fn join(
+        &self,
+        admission: Admission,
+        deadline: Option<Instant>,
+    ) -> Result<Grant> {
         node::validate_path(&self.dir)?;
         let uuid = self.uuid.unwrap_or_else(uuid::Uuid::new_v4);
         let shared = self.shared().clone();
@@ -261,7 +330,7 @@ impl Queue {
         let span =
             tracing::info_span!("zkfence.acquire", dir = %self.dir, node = tracing::field::Empty);
         let wait = self
-            .enqueue_and_wait(&uuid, permits, &mut pending, &mut progress)
+            .enqueue_and_wait(&uuid, admission, &mut pending, &mut progress)
             .instrument(span);
         let timed = match deadline {
             None => Ok(wait.await),
@@ -300,8 +369,8 @@ impl Queue {
         }
     }
 
-    /// Joins without waiting: `Ok(None)` if `permits` contenders are already ahead.
-    pub(crate) async fn try_join(&self, permits: usize) -> Result<Option<Grant>> {
+    /// Joins without waiting: `Ok(None)` if `admission` would make us wait.
+    pub(crate) async fn try_join(&self, admission: Admission) -> Result<Option<Grant>> {
         node::validate_path(&self.dir)?;
         // A read first: when the lock is taken we answer without writing anything.
         let shared = self.shared();
@@ -310,15 +379,7 @@ impl Queue {
         })
         .await
         {
-            Ok(children)
-                if children
-                    .iter()
-                    .filter(|c| node::sequence_of(c).is_some())
-                    .count()
-                    >= permits =>
-            {
-                return Ok(None)
-            }
+            Ok(children) if admission.blocked_by(&children) => return Ok(None),
             Ok(_)
             | Err(Error::ZooKeeper {
                 source: zk::Error::NoNode,
@@ -339,7 +400,7 @@ impl Queue {
             let (node, sequence, czxid) = self.enqueue(&uuid, &mut pending).await?;
             let mut progress = Progress::default();
             match self
-                .position(&node, &pending.marker, permits, &mut progress)
+                .position(&node, &pending.marker, admission, &mut progress)
                 .await?
             {
                 Position::Holds => self.grant(node, sequence, czxid).await.map(Some),
@@ -362,14 +423,14 @@ impl Queue {
     async fn enqueue_and_wait(
         &self,
         uuid: &uuid::Uuid,
-        permits: usize,
+        admission: Admission,
         pending: &mut Pending,
         progress: &mut Progress,
     ) -> Result<Grant> {
         let (node, sequence, czxid) = self.enqueue(uuid, pending).await?;
         tracing::Span::current().record("node", node.as_str());
         let marker = pending.marker.clone();
-        self.wait(node, sequence, czxid, &marker, permits, progress)
+        self.wait(node, sequence, czxid, &marker, admission, progress)
             .await
     }
 
@@ -380,7 +441,7 @@ impl Queue {
         pending: &mut Pending,
     ) -> Result<(String, i64, i64)> {
         let shared = self.shared();
-        let prefix = format!("{}/{}", self.dir, self.format.prefix(uuid));
+        let prefix = format!("{}/{}", self.dir, self.format.prefix(uuid, self.role));
         let acls = zk::Acls::new(&shared.acls);
         let options = zk::CreateMode::EphemeralSequential.with_acls(acls);
         loop {
@@ -467,7 +528,7 @@ impl Queue {
         &self,
         node: &str,
         marker: &str,
-        permits: usize,
+        admission: Admission,
         progress: &mut Progress,
     ) -> Result<Position> {
         let shared = self.shared();
@@ -499,14 +560,16 @@ impl Queue {
             }
             progress.ahead = index;
             progress.holder = queue.first().map(|(_, n)| n.clone());
-            if index < permits {
-                return Ok(Position::Holds);
-            }
-            let watched = index - permits;
-            return Ok(Position::Waits {
-                index,
-                predecessor: format!("{}/{}", self.dir, queue[watched].1),
-                predecessor_is_head: watched == 0,
+            return Ok(match admission.place(&queue, index) {
+                Place::Holds => Position::Holds,
+                Place::Waits {
+                    watched,
+                    holds_when_gone,
+                } => Position::Waits {
+                    index,
+                    predecessor: format!("{}/{}", self.dir, queue[watched].1),
+                    holds_when_gone,
+                },
             });
         }
     }
@@ -555,19 +618,19 @@ impl Queue {
         sequence: i64,
         czxid: i64,
         marker: &str,
-        permits: usize,
+        admission: Admission,
         progress: &mut Progress,
     ) -> Result<Grant> {
         let shared = self.shared();
         loop {
-            let (index, predecessor, predecessor_is_head) =
-                match self.position(&node, marker, permits, progress).await? {
+            let (index, predecessor, holds_when_gone) =
+                match self.position(&node, marker, admission, progress).await? {
                     Position::Holds => return self.grant(node, sequence, czxid).await,
                     Position::Waits {
                         index,
                         predecessor,
-                        predecessor_is_head,
-                    } => (index, predecessor, predecessor_is_head),
+                        holds_when_gone,
+                    } => (index, predecessor, holds_when_gone),
                 };
             tracing::info!(position = index, ahead = index, holder = ?progress.holder, "queued");
             Counters::bump(&shared.counters.watches);
@@ -582,9 +645,10 @@ impl Queue {
             let event = watcher.changed().await;
             Counters::bump(&shared.counters.wakeups);
             match (event.event_type, event.session_state) {
-                (zk::EventType::NodeDeleted, _) if predecessor_is_head && index == permits => {
-                    // The head of our last listing left and it was the only one between us and
-                    // a permit: nothing smaller than our sequence can appear, so we hold.
+                (zk::EventType::NodeDeleted, _) if holds_when_gone => {
+                    // The one we watched was the last thing between us and holding in our
+                    // last listing, and nothing smaller than our sequence can appear since:
+                    // we hold without listing again.
                     return self.grant(node, sequence, czxid).await;
                 }
                 (zk::EventType::Session, zk::SessionState::Expired) => {
@@ -730,6 +794,7 @@ enum Position {
     Waits {
         index: usize,
         predecessor: String,
-        predecessor_is_head: bool,
+        /// Holding follows from the predecessor's deletion alone.
+        holds_when_gone: bool,
     },
 }

@@ -534,6 +534,20 @@ impl Session {
         Lock::new(self.clone(), path)
     }
 
+    /// The read side of the read/write lock under `path`: shared with other readers,
+    /// excluded by writers, FIFO (a reader queued behind a writer waits for it). Node names
+    /// match Curator's `InterProcessReadWriteLock` (and Kazoo's `ReadLock` with
+    /// [`NodeFormat::Kazoo`](crate::NodeFormat::Kazoo)).
+    pub fn read_lock(&self, path: &str) -> Lock {
+        Lock::read(self.clone(), path)
+    }
+
+    /// The write side of the read/write lock under `path`: exclusive against readers and
+    /// writers. A plain [`lock`](Self::lock) on the same path also counts as a writer.
+    pub fn write_lock(&self, path: &str) -> Lock {
+        Lock::write(self.clone(), path)
+    }
+
     /// A handle on the leader election under the directory `path`.
     pub fn election(&self, path: &str) -> Election {
         Election::new(self.clone(), path)
