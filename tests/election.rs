@@ -1,0 +1,857 @@
+//! Leader election on real ensembles: exactly one leader at every instant, failover after a
+//! killed or partitioned leader (the old leader hears `lost` first, the new token is larger),
+//! resignation in queue order, Curator's expired-session trap, a ZooKeeper server failover
+//! that changes nothing, `run`'s cancel/requeue/shutdown semantics, and the scheduler recipe.
+//!
+//! Instants compared by a test are taken in one process, on one clock (`tokio::time::Instant`).
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::*;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::{timeout, Instant};
+use zkfence::{
+    Error, FencingToken, LeaderChanges, LeaderInfo, LeaderTask, Leadership, LeaseState, LossReason,
+};
+use zkfence::{Session, SessionOptions, SessionState};
+
+/// Session timeout for tests that hurt clients (tickTime 200 ms ensembles).
+const T: Duration = Duration::from_secs(2);
+/// Generous bound for steps that take a few round trips.
+const STEP: Duration = Duration::from_secs(10);
+
+fn trace() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
+}
+
+/// `(candidate id, token)` of an observed leader, for readable comparisons.
+fn who(info: &Option<LeaderInfo>) -> Option<(String, u64)> {
+    info.as_ref()
+        .map(|l| (l.id.clone().unwrap_or_default(), l.token.get()))
+}
+
+/// The next leader change, within `STEP`.
+async fn next_change(changes: &mut LeaderChanges) -> Option<LeaderInfo> {
+    match timeout(STEP, changes.next()).await {
+        Err(_) => panic!("no leader change within {STEP:?}"),
+        Ok(None) => panic!("the observer stopped"),
+        Ok(Some(Err(e))) => panic!("the observer failed: {e}"),
+        Ok(Some(Ok(info))) => info,
+    }
+}
+
+/// Campaigns in a task of its own; the instant of election arrives with the leadership.
+fn campaign_in_background(
+    session: &Session,
+    path: &str,
+    id: &str,
+) -> oneshot::Receiver<(Instant, Leadership)> {
+    let (tx, rx) = oneshot::channel();
+    let election = session.election(path);
+    let id = id.to_string();
+    tokio::spawn(async move {
+        let leadership = election
+            .campaign(&id)
+            .await
+            .unwrap_or_else(|e| panic!("{id} campaigns: {e}"));
+        let _ = tx.send((Instant::now(), leadership));
+    });
+    rx
+}
+
+async fn wait_queued(admin: &Session, path: &str, n: usize) {
+    eventually(
+        STEP,
+        &format!("{n} candidates queued under {path}"),
+        || async { children(admin, path).await.len() == n },
+    )
+    .await;
+}
+
+/// One candidate's term as its own view saw it: from `campaign` returning to just before
+/// `resign` (or to `lost` resolving).
+#[derive(Debug, Clone)]
+struct Term {
+    id: String,
+    token: FencingToken,
+    start: Instant,
+    end: Instant,
+}
+
+/// Panics unless the terms, ordered by start, never overlap and their tokens grow.
+fn assert_disjoint(terms: &mut [Term]) {
+    terms.sort_by_key(|t| t.start);
+    for w in terms.windows(2) {
+        assert!(
+            w[0].end < w[1].start,
+            "two leaders at once: {:?} and {:?}",
+            w[0],
+            w[1]
+        );
+        assert!(
+            w[0].token < w[1].token,
+            "token did not grow: {:?} then {:?}",
+            w[0],
+            w[1]
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exactly_one_leader_among_campaigners_at_every_observed_instant() {
+    trace();
+    const CANDIDATES: usize = 4;
+    const TERMS_EACH: usize = 5;
+    let zk = shared_ensemble();
+    let path = unique_path("one-leader");
+    let observer = connect(&zk.connect_string(), T).await;
+    let mut changes = observer.election(&path).observe();
+    assert_eq!(
+        who(&next_change(&mut changes).await),
+        None,
+        "nobody leads before anyone campaigns"
+    );
+
+    let terms = Arc::new(Mutex::new(Vec::<Term>::new()));
+    let mut candidates = vec![];
+    for c in 0..CANDIDATES {
+        let session = connect(&zk.connect_string(), T).await;
+        let (path, terms) = (path.clone(), terms.clone());
+        candidates.push(tokio::spawn(async move {
+            let election = session.election(&path);
+            let id = format!("c{c}");
+            for n in 0..TERMS_EACH {
+                let leadership = election.campaign(&id).await.unwrap();
+                let start = Instant::now();
+                assert_eq!(
+                    leadership.state(),
+                    LeaseState::Held,
+                    "{id} elected but not holding"
+                );
+                if n == 0 {
+                    // The first leader holds on until everyone is queued: from then on the
+                    // queue is never empty until the last term, as each resigning candidate
+                    // queues again at the back.
+                    wait_queued(&session, &path, CANDIDATES).await;
+                }
+                // The leader's work: a varying stretch, so terms interleave differently.
+                tokio::time::sleep(Duration::from_millis(10 + ((c * 17 + n * 29) % 50) as u64))
+                    .await;
+                assert_eq!(
+                    leadership.state(),
+                    LeaseState::Held,
+                    "{id} lost leadership while working"
+                );
+                let end = Instant::now();
+                terms.lock().unwrap().push(Term {
+                    id: id.clone(),
+                    token: leadership.token(),
+                    start,
+                    end,
+                });
+                leadership.resign().await.unwrap();
+            }
+        }));
+    }
+    for c in candidates {
+        timeout(Duration::from_secs(60), c)
+            .await
+            .expect("candidates finish")
+            .unwrap();
+    }
+
+    // Each candidate's own view: the terms never overlap, and tokens grow in election order.
+    let mut terms = terms.lock().unwrap().clone();
+    assert_eq!(terms.len(), CANDIDATES * TERMS_EACH);
+    assert_disjoint(&mut terms);
+
+    // The observer's view: one leader per change, in election order, ending with nobody.
+    // Its items are buffered, so read them until it has said "nobody" and then kept quiet.
+    let mut seen = vec![];
+    loop {
+        match timeout(Duration::from_millis(500), changes.next()).await {
+            Ok(Some(Ok(info))) => seen.push(who(&info)),
+            Ok(other) => panic!("observer ended: {other:?}"),
+            Err(_) if seen.last() == Some(&None) => break,
+            Err(_) => panic!("the observer never reported that nobody leads: {seen:?}"),
+        }
+    }
+    let leaders: Vec<(String, u64)> = seen.iter().flatten().cloned().collect();
+    assert!(!leaders.is_empty(), "the observer saw no leader");
+    // Exactly one leader while anyone campaigns: "nobody" only once everyone is done.
+    assert!(
+        seen[..seen.len() - 1].iter().all(Option::is_some),
+        "the observer saw nobody leading while candidates were queued: {seen:?}"
+    );
+    for w in seen.windows(2) {
+        assert_ne!(
+            w[0], w[1],
+            "a change repeated the previous leader: {seen:?}"
+        );
+    }
+    for w in leaders.windows(2) {
+        assert!(w[0].1 < w[1].1, "observed tokens must grow: {seen:?}");
+    }
+    for (id, token) in &leaders {
+        assert!(
+            terms.iter().any(|t| &t.id == id && t.token.get() == *token),
+            "observed leader {id}/{token} that never held a term"
+        );
+    }
+    eprintln!(
+        "{} terms, the observer saw {} of them",
+        terms.len(),
+        leaders.len()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partitioned_leader_observes_lost_before_the_next_is_elected() {
+    trace();
+    let zk = shared_ensemble();
+    for trial in 0..3 {
+        let path = unique_path("partitioned-leader");
+        let proxy = zk.proxy().await.unwrap();
+        let old = connect(&proxy.connect_string(), T).await;
+        let new = connect(&zk.connect_string(), T).await;
+        let old_leadership = old.election(&path).campaign("old").await.unwrap();
+        let elected = campaign_in_background(&new, &path, "new");
+        wait_queued(&new, &path, 2).await;
+
+        proxy.blackhole();
+        let cut = Instant::now();
+        let reason = timeout(3 * T, old_leadership.lost())
+            .await
+            .expect("the old leader hears it lost");
+        let lost_at = Instant::now();
+        let (elected_at, new_leadership) = timeout(3 * T, elected)
+            .await
+            .expect("the next is elected")
+            .unwrap();
+
+        assert_eq!(reason, LossReason::LeaseExpired);
+        assert!(
+            lost_at < elected_at,
+            "trial {trial}: old leader heard lost {:?} after the cut, the new one was elected at {:?}",
+            lost_at - cut,
+            elected_at - cut
+        );
+        assert!(new_leadership.token() > old_leadership.token());
+        assert_eq!(
+            old_leadership.state(),
+            LeaseState::Lost(LossReason::LeaseExpired)
+        );
+        eprintln!(
+            "trial {trial}: lost after {:?}, next elected after {:?} (margin {:?})",
+            lost_at - cut,
+            elected_at - cut,
+            elected_at - lost_at
+        );
+        new_leadership.resign().await.unwrap();
+    }
+}
+
+/// Child role: campaign, print the token once leading, then hang until killed.
+async fn be_a_leader_process() {
+    let connect_string = std::env::var("ZKFENCE_TEST_CONNECT").expect("connect string");
+    let path = std::env::var("ZKFENCE_TEST_PATH").expect("election path");
+    let session = connect(&connect_string, T).await;
+    let leadership = session.election(&path).campaign("child").await.unwrap();
+    println!("\nLEADING {} {}", leadership.token(), session.id());
+    use std::io::Write;
+    std::io::stdout().flush().unwrap();
+    std::future::pending::<()>().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_of_the_leader_process_elects_the_next_with_a_larger_token() {
+    trace();
+    if child_role().as_deref() == Some("leader") {
+        return be_a_leader_process().await;
+    }
+    let zk = shared_ensemble();
+    let path = unique_path("sigkill-leader");
+    let mut child = spawn_child(
+        "sigkill_of_the_leader_process_elects_the_next_with_a_larger_token",
+        "leader",
+        &[
+            ("ZKFENCE_TEST_CONNECT", zk.connect_string()),
+            ("ZKFENCE_TEST_PATH", path.clone()),
+        ],
+    );
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let (child_token, child_session) = timeout(Duration::from_secs(30), async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            // libtest may have printed "test <name> ... " on the same line first.
+            if let Some((_, rest)) = line.split_once("LEADING ") {
+                let (token, session) = rest.split_once(' ').unwrap();
+                return (
+                    token.parse::<u64>().unwrap(),
+                    session.parse::<i64>().unwrap(),
+                );
+            }
+        }
+        panic!("the child exited before leading");
+    })
+    .await
+    .expect("the child leads");
+
+    let observer = connect(&zk.connect_string(), T).await;
+    let mut changes = observer.election(&path).observe();
+    let first = next_change(&mut changes).await.expect("the child leads");
+    assert_eq!(
+        (first.token.get(), first.session_id),
+        (child_token, child_session)
+    );
+
+    let parent = connect(&zk.connect_string(), T).await;
+    let elected = campaign_in_background(&parent, &path, "parent");
+    wait_queued(&parent, &path, 2).await;
+
+    child.start_kill().unwrap();
+    let killed = Instant::now();
+    child.wait().await.unwrap();
+    let (elected_at, leadership) = timeout(T + Duration::from_secs(1), elected)
+        .await
+        .expect("elected within the session timeout + 1 s")
+        .unwrap();
+    assert!(
+        leadership.token().get() > child_token,
+        "token {} after {child_token}",
+        leadership.token()
+    );
+    let next = next_change(&mut changes).await;
+    assert_eq!(
+        who(&next),
+        Some(("parent".into(), leadership.token().get())),
+        "the observer goes straight to the parent"
+    );
+    eprintln!("elected {:?} after the SIGKILL", elected_at - killed);
+    leadership.resign().await.unwrap();
+    assert_eq!(who(&next_change(&mut changes).await), None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resign_hands_over_in_queue_order() {
+    trace();
+    let zk = shared_ensemble();
+    let path = unique_path("resign-order");
+    let observer = connect(&zk.connect_string(), T).await;
+    let mut changes = observer.election(&path).observe();
+    assert_eq!(who(&next_change(&mut changes).await), None);
+
+    let first = connect(&zk.connect_string(), T).await;
+    let mut current = first.election(&path).campaign("c0").await.unwrap();
+    assert_eq!(
+        who(&next_change(&mut changes).await),
+        Some(("c0".into(), current.token().get()))
+    );
+
+    // c1, c2, c3 queue in this order (each waits until the previous one is queued).
+    let (tx, mut elected) = mpsc::unbounded_channel();
+    let mut sessions = vec![];
+    for i in 1..=3 {
+        let session = connect(&zk.connect_string(), T).await;
+        let (election, tx) = (session.election(&path), tx.clone());
+        tokio::spawn(async move {
+            let leadership = election.campaign(&format!("c{i}")).await.unwrap();
+            let _ = tx.send((i, leadership));
+        });
+        wait_queued(&observer, &path, i + 1).await;
+        sessions.push(session);
+    }
+
+    for expected in 1..=3 {
+        let previous = current.token();
+        current.resign().await.unwrap();
+        let (i, leadership) = timeout(STEP, elected.recv())
+            .await
+            .expect("the next in line is elected")
+            .unwrap();
+        assert_eq!(i, expected, "resign must hand over to the next in line");
+        assert!(leadership.token() > previous);
+        // Lockstep with the observer: it reports exactly this change, and nobody else leads.
+        assert_eq!(
+            who(&next_change(&mut changes).await),
+            Some((format!("c{i}"), leadership.token().get()))
+        );
+        assert!(
+            elected.try_recv().is_err(),
+            "only one candidate may be elected per resignation"
+        );
+        let leader = observer
+            .election(&path)
+            .leader()
+            .await
+            .unwrap()
+            .expect("a leader");
+        assert_eq!(leader.token, leadership.token());
+        current = leadership;
+    }
+    current.resign().await.unwrap();
+    assert_eq!(
+        who(&next_change(&mut changes).await),
+        None,
+        "after the last resignation nobody leads"
+    );
+}
+
+/// Curator's trap (CURATOR-696, fixed in Curator by checking the node's ephemeral owner): a
+/// candidate whose session expired connects a new session at once and finds its old node
+/// still there, owned by the dead session. Taking that node for its own made two leaders.
+/// Here the new session must queue behind the old node like anybody else.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_session_never_leads_through_its_expired_sessions_node() {
+    trace();
+    let zk = shared_ensemble();
+    let path = unique_path("curator-trap");
+    let proxy = zk.proxy().await.unwrap();
+    let observer = connect(&zk.connect_string(), T).await;
+    let mut changes = observer.election(&path).observe();
+    assert_eq!(who(&next_change(&mut changes).await), None);
+
+    // Candidate "a", first session: through the proxy. A wide lease margin makes it hear
+    // `lost` well before the server deletes its node, so the trap is reliably armed.
+    let a1 = Session::connect(
+        &proxy.connect_string(),
+        SessionOptions::new()
+            .session_timeout(T)
+            .lease_margin(Duration::from_millis(800)),
+    )
+    .await
+    .unwrap();
+    let a1_leadership = a1.election(&path).campaign("a").await.unwrap();
+    let a1_start = Instant::now();
+    let a1_node = a1_leadership.lease().path().to_string();
+    assert_eq!(
+        who(&next_change(&mut changes).await),
+        Some(("a".into(), a1_leadership.token().get()))
+    );
+
+    let b = connect(&zk.connect_string(), T).await;
+    let b_elected = campaign_in_background(&b, &path, "b");
+    wait_queued(&observer, &path, 2).await;
+
+    proxy.blackhole();
+    timeout(3 * T, a1_leadership.lost())
+        .await
+        .expect("a's first session hears lost");
+    let a1_end = Instant::now();
+
+    // At once: a new session for "a" campaigns again, while the old node is still there.
+    let a2 = connect(&zk.connect_string(), T).await;
+    let mut a2_elected = campaign_in_background(&a2, &path, "a");
+    let lock = observer.lock(&path);
+    let deadline = Instant::now() + STEP;
+    let contenders = loop {
+        let contenders = lock.contenders().await.unwrap();
+        if contenders.iter().any(|c| c.session_id == a2.id()) {
+            break contenders;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "a's new session never queued: {contenders:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    assert_eq!(
+        contenders[0].node, a1_node,
+        "the trap is armed: a's old node still leads the queue {contenders:#?}"
+    );
+    assert_eq!(contenders[0].session_id, a1.id());
+    assert_eq!(contenders.len(), 3, "{contenders:#?}");
+    assert_eq!(
+        contenders[2].session_id,
+        a2.id(),
+        "a's new session queues last, in a node of its own"
+    );
+    assert_ne!(contenders[2].node, a1_node);
+    assert!(
+        a2_elected.try_recv().is_err(),
+        "a's new session must not lead while its old node exists"
+    );
+
+    // The server expires the first session: b, next in line, is elected, not a.
+    let (b_start, b_leadership) = timeout(3 * T, b_elected)
+        .await
+        .expect("b is elected")
+        .unwrap();
+    assert!(a1_end < b_start, "a heard lost after b was elected");
+    assert_eq!(
+        who(&next_change(&mut changes).await),
+        Some(("b".into(), b_leadership.token().get()))
+    );
+    assert!(
+        a2_elected.try_recv().is_err(),
+        "a's new session must not lead while b does"
+    );
+    let leader = observer.election(&path).leader().await.unwrap().unwrap();
+    assert_eq!(leader.session_id, b.id());
+
+    // The first session learns it expired once its network heals, and stays lost.
+    proxy.heal();
+    eventually(3 * T, "a's first session reports Expired", || async {
+        a1.state() == SessionState::Expired
+    })
+    .await;
+    assert!(matches!(a1_leadership.state(), LeaseState::Lost(_)));
+
+    let b_end = Instant::now();
+    let b_token = b_leadership.token();
+    b_leadership.resign().await.unwrap();
+    let (a2_start, a2_leadership) = timeout(STEP, a2_elected)
+        .await
+        .expect("a's new session is elected")
+        .unwrap();
+    assert_eq!(
+        who(&next_change(&mut changes).await),
+        Some(("a".into(), a2_leadership.token().get()))
+    );
+    assert_eq!(a2_leadership.lease().session().id(), a2.id());
+
+    let mut terms = vec![
+        Term {
+            id: "a (first session)".into(),
+            token: a1_leadership.token(),
+            start: a1_start,
+            end: a1_end,
+        },
+        Term {
+            id: "b".into(),
+            token: b_token,
+            start: b_start,
+            end: b_end,
+        },
+        Term {
+            id: "a (new session)".into(),
+            token: a2_leadership.token(),
+            start: a2_start,
+            end: Instant::now(),
+        },
+    ];
+    assert_disjoint(&mut terms);
+    a2_leadership.resign().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killing_the_zookeeper_leader_changes_no_leadership() {
+    trace();
+    // Sessions long enough that the ensemble's re-election (~0.5 s here) and the clients'
+    // reconnection (~1.3 s) fit in a lease with room to spare on a loaded machine.
+    const LONG: Duration = Duration::from_secs(6);
+    let zk = zkfence_testcontainers::Ensemble::builder()
+        .nodes(3)
+        .tick_time(TICK)
+        .max_session_timeout(Duration::from_secs(10))
+        .start()
+        .await
+        .expect("start an ensemble");
+    let path = unique_path("server-failover");
+    let a = connect(&zk.connect_string(), LONG).await;
+    let b = connect(&zk.connect_string(), LONG).await;
+    let observer = connect(&zk.connect_string(), LONG).await;
+    assert_eq!(
+        a.session_timeout(),
+        LONG,
+        "the servers granted the session timeout asked for"
+    );
+    let leadership = a.election(&path).campaign("a").await.unwrap();
+    let mut changes = observer.election(&path).observe();
+    assert_eq!(
+        who(&next_change(&mut changes).await),
+        Some(("a".into(), leadership.token().get()))
+    );
+    let mut b_elected = campaign_in_background(&b, &path, "b");
+    wait_queued(&observer, &path, 2).await;
+
+    // Followers that lose the ZooKeeper leader drop their clients: the leader's session is
+    // disconnected, which must not cost the leadership.
+    let disconnected = tokio::spawn({
+        let a = a.clone();
+        async move {
+            while !a.state_changed().await.is_terminal() {
+                if a.state() == SessionState::Disconnected {
+                    return true;
+                }
+            }
+            false
+        }
+    });
+    let server = zk.leader().await.expect("a ZooKeeper leader");
+    zk.kill(server);
+    let killed = Instant::now();
+    // Watch for any change while the ensemble elects a new leader and every session is
+    // back, then for one more session timeout: a lapsed lease clock would show by then.
+    let window = async {
+        let new_server = zk
+            .wait_for_leader(Duration::from_secs(30))
+            .await
+            .expect("the ensemble recovers");
+        let recovered = killed.elapsed();
+        eventually(
+            Duration::from_secs(30),
+            "all sessions connected again",
+            || async {
+                [&a, &b, &observer]
+                    .iter()
+                    .all(|s| s.state() == SessionState::Connected)
+            },
+        )
+        .await;
+        let reconnected = killed.elapsed();
+        tokio::time::sleep(LONG).await;
+        (new_server, recovered, reconnected)
+    };
+    let (new_server, recovered, reconnected) = tokio::select! {
+        reason = leadership.lost() => panic!("leadership lost during the server failover: {reason}"),
+        change = changes.next() => panic!("the observer saw a leader change: {change:?}"),
+        elected = &mut b_elected => panic!("b was elected during the server failover: {elected:?}"),
+        done = window => done,
+    };
+    assert_ne!(new_server, server);
+    assert!(
+        disconnected.is_finished() && disconnected.await.unwrap(),
+        "the leader's session was never disconnected: the test did not test anything"
+    );
+    assert_eq!(leadership.state(), LeaseState::Held);
+    leadership
+        .lease()
+        .renew()
+        .await
+        .expect("the leadership is confirmed by the new quorum");
+    let leader = observer.election(&path).leader().await.unwrap().unwrap();
+    assert_eq!(
+        (leader.session_id, leader.token),
+        (a.id(), leadership.token())
+    );
+    eprintln!("ZooKeeper leader {server} killed: new one {new_server} after {recovered:?}, sessions back after {reconnected:?}");
+
+    leadership.resign().await.unwrap();
+    let (_, b_leadership) = timeout(STEP, b_elected)
+        .await
+        .expect("b is elected after a resigns")
+        .unwrap();
+    b_leadership.resign().await.unwrap();
+}
+
+/// What a [`Recorder`] saw, in order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Call {
+    Led(u64),
+    Returned(u64),
+    Cancelled(u64, Instant),
+}
+
+/// A leader task that records its calls, and its cancellation (its future dropped).
+struct Recorder {
+    calls: Arc<Mutex<Vec<Call>>>,
+    /// Which call (1-based) returns `Ok` at once instead of leading until cancelled.
+    returns_on: Option<usize>,
+    count: usize,
+}
+
+/// Records `Cancelled` if dropped while armed, i.e. when `lead`'s future is dropped.
+struct OnCancel(Arc<Mutex<Vec<Call>>>, u64);
+
+impl Drop for OnCancel {
+    fn drop(&mut self) {
+        self.0
+            .lock()
+            .unwrap()
+            .push(Call::Cancelled(self.1, Instant::now()));
+    }
+}
+
+#[async_trait::async_trait]
+impl LeaderTask for Recorder {
+    async fn lead(&mut self, leadership: Leadership) -> zkfence::Result<()> {
+        self.count += 1;
+        let token = leadership.token().get();
+        self.calls.lock().unwrap().push(Call::Led(token));
+        if self.returns_on == Some(self.count) {
+            self.calls.lock().unwrap().push(Call::Returned(token));
+            return Ok(());
+        }
+        let _cancelled = OnCancel(self.calls.clone(), token);
+        std::future::pending::<()>().await;
+        Ok(())
+    }
+}
+
+fn calls(calls: &Arc<Mutex<Vec<Call>>>) -> Vec<Call> {
+    calls.lock().unwrap().clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_cancels_on_loss_requeues_hands_on_when_done_and_resigns_on_shutdown() {
+    trace();
+    let zk = shared_ensemble();
+    let path = unique_path("run");
+    let admin = connect(&zk.connect_string(), T).await;
+    let runner = connect(&zk.connect_string(), T).await;
+    let log = Arc::new(Mutex::new(vec![]));
+    let mut task = Recorder {
+        calls: log.clone(),
+        returns_on: Some(2),
+        count: 0,
+    };
+    let (stop, stopped) = oneshot::channel::<()>();
+    let election = runner.election(&path);
+    let running = tokio::spawn(async move {
+        election
+            .run("r", &mut task, async {
+                let _ = stopped.await;
+            })
+            .await
+    });
+
+    eventually(STEP, "the task leads", || async { !calls(&log).is_empty() }).await;
+    let Call::Led(t1) = calls(&log)[0] else {
+        panic!("{:?}", calls(&log))
+    };
+    let other = connect(&zk.connect_string(), T).await;
+    let b_elected = campaign_in_background(&other, &path, "b");
+    wait_queued(&admin, &path, 2).await;
+
+    // Someone deletes the leader's node: the task is cancelled, and r queues again behind b.
+    let leader = admin.election(&path).leader().await.unwrap().unwrap();
+    assert_eq!(leader.session_id, runner.id());
+    admin.client().delete(&leader.node, None).await.unwrap();
+    let (_, b_leadership) = timeout(STEP, b_elected)
+        .await
+        .expect("b is elected")
+        .unwrap();
+    eventually(STEP, "the task is cancelled", || async {
+        calls(&log).len() == 2
+    })
+    .await;
+    assert!(
+        matches!(calls(&log)[1], Call::Cancelled(t, _) if t == t1),
+        "{:?}",
+        calls(&log)
+    );
+    eventually(STEP, "r queues again", || async {
+        let contenders = admin.lock(&path).contenders().await.unwrap();
+        contenders.len() == 2 && contenders[1].session_id == runner.id()
+    })
+    .await;
+
+    // b resigns: r leads again (call 2), returns at once, which hands leadership on; alone
+    // in the election, r is elected again (call 3) with a new node and a larger token.
+    b_leadership.resign().await.unwrap();
+    eventually(STEP, "r leads twice more", || async {
+        calls(&log).len() == 5
+    })
+    .await;
+    let log_now = calls(&log);
+    let (Call::Led(t2), Call::Returned(r2), Call::Led(t3)) = (log_now[2], log_now[3], log_now[4])
+    else {
+        panic!("unexpected calls {log_now:?}")
+    };
+    assert!(t1 < t2 && t2 == r2 && t2 < t3, "{log_now:?}");
+    let leader = admin.election(&path).leader().await.unwrap().unwrap();
+    assert_eq!(leader.token.get(), t3);
+    assert_eq!(
+        children(&admin, &path).await.len(),
+        1,
+        "the returned leadership's node was deleted"
+    );
+
+    // Shutdown: the task is cancelled, and `run` returns once our node is gone.
+    stop.send(()).unwrap();
+    timeout(STEP, running)
+        .await
+        .expect("run returns on shutdown")
+        .unwrap()
+        .expect("run returns Ok");
+    assert!(
+        children(&admin, &path).await.is_empty(),
+        "run resigned before returning"
+    );
+    assert!(
+        matches!(calls(&log).last(), Some(Call::Cancelled(t, _)) if *t == t3),
+        "{:?}",
+        calls(&log)
+    );
+    assert_eq!(calls(&log).len(), 6);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_cancels_a_partitioned_leader_before_the_next_is_elected() {
+    trace();
+    let zk = shared_ensemble();
+    let path = unique_path("run-partition");
+    let proxy = zk.proxy().await.unwrap();
+    let runner = connect(&proxy.connect_string(), T).await;
+    let log = Arc::new(Mutex::new(vec![]));
+    let mut task = Recorder {
+        calls: log.clone(),
+        returns_on: None,
+        count: 0,
+    };
+    let election = runner.election(&path);
+    let running =
+        tokio::spawn(async move { election.run("r", &mut task, std::future::pending()).await });
+    eventually(STEP, "the task leads", || async { !calls(&log).is_empty() }).await;
+
+    let other = connect(&zk.connect_string(), T).await;
+    let b_elected = campaign_in_background(&other, &path, "b");
+    wait_queued(&other, &path, 2).await;
+    proxy.blackhole();
+    let (b_start, b_leadership) = timeout(3 * T, b_elected)
+        .await
+        .expect("b is elected")
+        .unwrap();
+    let log_now = calls(&log);
+    let Some(&Call::Cancelled(_, cancelled_at)) = log_now.get(1) else {
+        panic!("not cancelled: {log_now:?}")
+    };
+    assert!(
+        cancelled_at < b_start,
+        "lead was cancelled {:?} after b was elected",
+        cancelled_at - b_start
+    );
+
+    // r's session expired at the server; when its network heals it learns so, and `run`,
+    // which had queued again, ends with the session.
+    proxy.heal();
+    let result = timeout(3 * T, running)
+        .await
+        .expect("run ends with the session")
+        .unwrap();
+    assert!(matches!(result, Err(Error::SessionExpired)), "{result:?}");
+    assert_eq!(calls(&log).len(), 2, "not led again: {:?}", calls(&log));
+    b_leadership.resign().await.unwrap();
+}
+
+#[tokio::test]
+async fn scheduler_leader_recipe_runs_against_a_harness_ensemble() {
+    let output = tokio::process::Command::new(env!("CARGO"))
+        .args(["run", "--quiet", "--example", "scheduler_leader"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .env_remove("ZKFENCE_CONNECT")
+        .kill_on_drop(true)
+        .output();
+    let output = timeout(Duration::from_secs(600), output)
+        .await
+        .expect("the recipe finishes")
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    eprintln!("{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
+    assert!(
+        output.status.success(),
+        "the recipe failed: {}",
+        output.status
+    );
+    assert!(
+        stdout.contains("failover"),
+        "the recipe reports its failover"
+    );
+}
