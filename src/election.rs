@@ -81,6 +81,15 @@ impl std::fmt::Debug for Election {
 }
 
 /// The current leader of an election, as others see it.
+///
+/// ```no_run
+/// # async fn f(session: zkfence::Session) -> zkfence::Result<()> {
+/// match session.election("/election/scheduler").leader().await? {
+///     Some(leader) => println!("{} leads with token {}", leader.id.as_deref().unwrap_or("?"), leader.token),
+///     None => println!("nobody leads"),
+/// }
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LeaderInfo {
     /// The candidate id given to [`Election::campaign`] (or what another client stored).
@@ -96,6 +105,16 @@ pub struct LeaderInfo {
 }
 
 /// Being the leader. The guard of [`Election::campaign`]: dropping it resigns.
+///
+/// ```no_run
+/// # async fn f(session: zkfence::Session, jobs: zkfence::Fence) -> zkfence::Result<()> {
+/// let leadership = session.election("/election/scheduler").campaign("node-a").await?;
+/// // Every job the leader runs carries its token; the job store refuses older tokens, so a
+/// // deposed leader that has not noticed yet cannot write.
+/// jobs.admit(leadership.token()).expect("newest leader");
+/// leadership.resign().await?;
+/// # Ok(()) }
+/// ```
 #[must_use = "if unused the leadership is given up at once"]
 #[derive(Debug)]
 pub struct Leadership {
@@ -409,6 +428,18 @@ async fn read_leader(shared: &crate::session::Shared, dir: &str, name: &str) -> 
 }
 
 /// The stream of leader changes from [`Election::observe`]. Dropping it stops observing.
+///
+/// ```no_run
+/// # async fn f(session: zkfence::Session) -> zkfence::Result<()> {
+/// let mut changes = session.election("/election/scheduler").observe();
+/// while let Some(change) = changes.next().await {
+///     match change? {
+///         Some(leader) => println!("leader: {} (token {})", leader.node, leader.token),
+///         None => println!("no leader"),
+///     }
+/// }
+/// # Ok(()) }
+/// ```
 #[derive(Debug)]
 pub struct LeaderChanges {
     rx: mpsc::UnboundedReceiver<Result<Option<LeaderInfo>>>,

@@ -27,6 +27,13 @@ pub struct Fence {
 }
 
 /// A token older than one the [`Fence`] already admitted.
+///
+/// ```
+/// use zkfence::{Fence, FencingToken};
+/// let fence = Fence::starting_at(FencingToken::new(10));
+/// let err = fence.admit(FencingToken::new(9)).unwrap_err();
+/// assert_eq!((err.token.get(), err.newest.get()), (9, 10));
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("stale fencing token {token}: a newer holder (token {newest}) has already written; this holder lost the lock")]
 pub struct StaleToken {

@@ -23,6 +23,14 @@ use crate::session::{Holding, Session, SessionState};
 /// child counter; zkfence never deletes a lock directory, so the counter — and the token —
 /// only grows. (The signed 32-bit counter is read as unsigned, so tokens stay ordered for
 /// 2³² grants.)
+///
+/// ```
+/// use zkfence::FencingToken;
+/// // A resource receiving tokens over the wire compares them as numbers.
+/// let (old, new) = (FencingToken::new(33), FencingToken::new(34));
+/// assert!(old < new);
+/// assert_eq!(new.get(), 34);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct FencingToken(u64);
 
@@ -49,6 +57,14 @@ impl fmt::Display for FencingToken {
 }
 
 /// Why a lease ended.
+///
+/// ```
+/// use zkfence::LossReason;
+/// let reason = LossReason::LeaseExpired;
+/// // Only a session that ended is useless; after the others, the same session may acquire again.
+/// assert!(!reason.is_session_terminal());
+/// println!("lost the lock: {reason}");
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum LossReason {
@@ -86,6 +102,17 @@ impl fmt::Display for LossReason {
 }
 
 /// Where a [`Lease`] stands.
+///
+/// ```no_run
+/// # async fn f(lease: zkfence::Lease) {
+/// use zkfence::LeaseState;
+/// match lease.state() {
+///     LeaseState::Held => { /* act, passing lease.token() along */ }
+///     LeaseState::Suspended => { /* act only if done before lease.valid_until() */ }
+///     LeaseState::Lost(reason) => eprintln!("stop: {reason}"),
+/// }
+/// # }
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LeaseState {
     /// Held: the lease clock vouches for the session.
@@ -286,6 +313,17 @@ impl Drop for Claim {
 }
 
 /// One operation of a [`Lease::fenced_write`].
+///
+/// ```no_run
+/// # async fn f(lease: zkfence::Lease) -> zkfence::Result<()> {
+/// use zkfence::FencedOp;
+/// // Written only if our lock node still exists: a stale holder's write is refused.
+/// lease.fenced_write(&[
+///     FencedOp::SetData { path: "/app/config".into(), data: b"v2".to_vec(), version: None },
+///     FencedOp::Create { path: "/app/history/v2".into(), data: vec![] },
+/// ]).await?;
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum FencedOp {
     /// Create a persistent node.
@@ -321,6 +359,17 @@ pub enum FencedOp {
 ///
 /// Always check [`state`](Self::state) (or race your work against [`lost`](Self::lost))
 /// before an action the lock protects, and pass [`token`](Self::token) to the resource.
+///
+/// ```no_run
+/// # async fn f(session: zkfence::Session) -> zkfence::Result<()> {
+/// # async fn do_the_work(_: zkfence::FencingToken) {}
+/// let lease = session.lock("/locks/nightly-report").acquire().await?;
+/// tokio::select! {
+///     reason = lease.lost() => eprintln!("lost the lock mid-way ({reason}): abandoning"),
+///     _ = do_the_work(lease.token()) => lease.release().await?,
+/// }
+/// # Ok(()) }
+/// ```
 #[must_use = "if unused the lock is released at once"]
 #[clippy::has_significant_drop]
 pub struct Lease {

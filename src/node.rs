@@ -10,6 +10,15 @@ use crate::error::{Error, Result};
 /// Ordering never depends on the format: every child whose name ends in a ten-character
 /// sequence number is a contender, ordered by that number. So a queue may mix formats, and
 /// other clients that order by sequence see the same order we do.
+///
+/// ```no_run
+/// # async fn f(session: zkfence::Session) -> zkfence::Result<()> {
+/// use zkfence::NodeFormat;
+/// // Share /locks/report with Python services that use kazoo's Lock.
+/// let lock = session.lock("/locks/report").with_format(NodeFormat::Kazoo);
+/// assert_eq!("kazoo".parse::<NodeFormat>(), Ok(NodeFormat::Kazoo));
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum NodeFormat {
     /// `_c_{uuid}-lock-{seq}`: Apache Curator's `InterProcessMutex` layout, also
@@ -141,6 +150,15 @@ pub(crate) fn validate_path(path: &str) -> Result<()> {
 /// Stored as `key=value` lines (`id`, `host`, `pid`, `at` in Unix milliseconds). Data written
 /// by other clients (Kazoo stores its identifier, Curator the client's IP address) is kept in
 /// [`OwnerInfo::raw`] and shown as the id when it is printable.
+///
+/// ```
+/// use zkfence::OwnerInfo;
+/// let owner = OwnerInfo::decode(b"id=booking-7\nhost=web-3\npid=4242\n");
+/// assert_eq!(owner.id.as_deref(), Some("booking-7"));
+/// assert_eq!(owner.to_string(), "booking-7 (web-3, pid 4242)");
+/// // Another client's data: Kazoo stores its identifier.
+/// assert_eq!(OwnerInfo::decode(b"worker-1").id.as_deref(), Some("worker-1"));
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct OwnerInfo {
     /// The contender's id (`--id` in the CLI, the candidate id in an election).

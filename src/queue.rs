@@ -129,6 +129,15 @@ enum Place {
 }
 
 /// One contender in a queue, as [`Lock::contenders`](crate::Lock::contenders) reports it.
+///
+/// ```no_run
+/// # async fn f(session: zkfence::Session) -> zkfence::Result<()> {
+/// for (i, c) in session.lock("/locks/backup").contenders().await?.iter().enumerate() {
+///     let role = if i == 0 { "holds" } else { "waits" };
+///     println!("{role}: token {} by {} (session {:#x})", c.token, c.owner, c.session_id);
+/// }
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Contender {
     /// Full path of the contender's node.

@@ -113,6 +113,18 @@ impl SessionOptions {
 }
 
 /// The state of a [`Session`], as its lease clock sees it.
+///
+/// ```no_run
+/// # async fn f(session: zkfence::Session) {
+/// loop {
+///     let state = session.state_changed().await;
+///     eprintln!("zookeeper session: {state:?}");
+///     if state.is_terminal() {
+///         break; // connect a new Session
+///     }
+/// }
+/// # }
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SessionState {
     /// Connected, and the lease clock is running.
@@ -168,6 +180,13 @@ impl Clock {
 }
 
 /// Request counters of one session, for operators and for tests that prove there is no herd.
+///
+/// ```no_run
+/// # fn f(session: zkfence::Session) {
+/// let m = session.metrics();
+/// println!("{} creates, {} listings, {} wake-ups", m.creates, m.listings, m.wakeups);
+/// # }
+/// ```
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct SessionMetrics {
     /// Queue nodes created.
