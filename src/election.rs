@@ -200,7 +200,7 @@ impl Election {
             self.session.clone(),
             &self.path,
             NodeFormat::Curator,
-            &OwnerInfo::for_this_process(Some(id)),
+            Some(id),
         )
     }
 

@@ -10,9 +10,9 @@ use tokio::time::Instant;
 use zookeeper_client as zk;
 
 use crate::error::{Error, Result};
+use crate::node::NodeFormat;
 use crate::node::Role;
-use crate::node::{NodeFormat, OwnerInfo};
-use crate::queue::{Admission, Contender, Grant, Queue};
+use crate::queue::{Admission, Contender, Grant, Owner, Queue};
 use crate::session::{Holding, Session, SessionState};
 
 /// A number that grows with every grant of one lock: give it to the protected resource with
@@ -183,8 +183,7 @@ impl Lock {
     }
 
     fn with_rule(session: Session, path: &str, role: Role, admission: Admission) -> Lock {
-        let owner = OwnerInfo::for_this_process(None);
-        let mut queue = Queue::new(session, path, NodeFormat::default(), &owner);
+        let mut queue = Queue::new(session, path, NodeFormat::default(), None);
         queue.role = role;
         Lock {
             queue,
@@ -203,13 +202,15 @@ impl Lock {
     /// Names this contender in the owner data that [`contenders`](Self::contenders) and the
     /// CLI's `status` show.
     pub fn with_id(mut self, id: &str) -> Self {
-        self.queue.data = OwnerInfo::for_this_process(Some(id)).encode();
+        self.queue.owner = Owner::ThisProcess {
+            id: Some(id.to_string()),
+        };
         self
     }
 
     /// Replaces the owner data with raw bytes (Kazoo, for one, stores its identifier).
     pub fn with_data(mut self, data: impl Into<Vec<u8>>) -> Self {
-        self.queue.data = data.into();
+        self.queue.owner = Owner::Raw(data.into());
         self
     }
 
@@ -614,34 +615,62 @@ impl Lease {
     /// # Cancel safety
     /// Cancel safe: if the future is dropped the delete goes on in the background.
     pub async fn release(mut self) -> Result<()> {
-        let task = self.start_release();
-        match task {
-            Some(task) => match task.await {
-                Ok(result) => result,
-                Err(_) => Err(Error::SessionClosed),
-            },
-            None => Ok(()),
+        if !self.mark_released() {
+            return Ok(());
         }
+        // The delete is sent inline (no task hop on the hot path); if this future is dropped
+        // before the ensemble confirms, the guard hands the retries to a background task.
+        let mut guard = DeleteOnDrop {
+            shared: Some(self.session.shared().clone()),
+            node: self.grant.node.clone(),
+        };
+        let result = self
+            .session
+            .shared()
+            .delete_until_gone(&self.grant.node)
+            .await;
+        guard.shared = None;
+        result
     }
 
-    fn start_release(&mut self) -> Option<tokio::task::JoinHandle<Result<()>>> {
+    /// Marks the lease released; returns false if it already was.
+    fn mark_released(&mut self) -> bool {
         if std::mem::replace(&mut self.released, true) {
-            return None;
+            return false;
         }
         self.holding.lose(LossReason::Released);
-        let shared = self.session.shared().clone();
-        shared.unregister(self.holding_id);
-        let node = self.grant.node.clone();
-        tracing::info!(%node, token = %self.token(), "released");
-        let handle = tokio::runtime::Handle::try_current().ok()?;
-        Some(handle.spawn(async move { shared.delete_until_gone(&node).await }))
+        self.session.shared().unregister(self.holding_id);
+        tracing::info!(node = %self.grant.node, token = %self.token(), "released");
+        true
     }
 }
 
 impl Drop for Lease {
     fn drop(&mut self) {
-        // Without a runtime the node disappears with the session.
-        drop(self.start_release());
+        if self.mark_released() {
+            drop(DeleteOnDrop {
+                shared: Some(self.session.shared().clone()),
+                node: self.grant.node.clone(),
+            });
+        }
+    }
+}
+
+/// Deletes `node` in the background when dropped while `shared` is set. Without a runtime
+/// the node disappears with the session.
+struct DeleteOnDrop {
+    shared: Option<Arc<crate::session::Shared>>,
+    node: String,
+}
+
+impl Drop for DeleteOnDrop {
+    fn drop(&mut self) {
+        if let Some(shared) = self.shared.take() {
+            let node = std::mem::take(&mut self.node);
+            crate::session::spawn_detached(async move {
+                let _ = shared.delete_until_gone(&node).await;
+            });
+        }
     }
 }
 

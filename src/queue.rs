@@ -42,11 +42,29 @@ pub(crate) struct Queue {
     pub(crate) session: Session,
     pub(crate) dir: String,
     pub(crate) format: NodeFormat,
-    pub(crate) data: Vec<u8>,
+    pub(crate) owner: Owner,
     /// What our nodes say we want (shapes the node name only; see [`Admission`]).
     pub(crate) role: node::Role,
     /// Fixed contender uuid, for tests that need a collision; normally a fresh one per join.
     pub(crate) uuid: Option<uuid::Uuid>,
+}
+
+/// What our nodes carry as data.
+#[derive(Clone, Debug)]
+pub(crate) enum Owner {
+    /// [`OwnerInfo`] of this process, stamped at each enqueue.
+    ThisProcess { id: Option<String> },
+    /// Bytes given by the user (e.g. a Kazoo identifier).
+    Raw(Vec<u8>),
+}
+
+impl Owner {
+    fn data(&self) -> Vec<u8> {
+        match self {
+            Owner::ThisProcess { id } => OwnerInfo::for_this_process(id.as_deref()).encode(),
+            Owner::Raw(data) => data.clone(),
+        }
+    }
 }
 
 /// Our node, granted.
@@ -299,12 +317,14 @@ where
 }
 
 impl Queue {
-    pub(crate) fn new(session: Session, dir: &str, format: NodeFormat, owner: &OwnerInfo) -> Queue {
+    pub(crate) fn new(session: Session, dir: &str, format: NodeFormat, id: Option<&str>) -> Queue {
         Queue {
             session,
             dir: dir.to_string(),
             format,
-            data: owner.encode(),
+            owner: Owner::ThisProcess {
+                id: id.map(str::to_string),
+            },
             role: node::Role::Lock,
             uuid: None,
         }
@@ -456,7 +476,11 @@ impl Queue {
         loop {
             let sent = Instant::now();
             pending.sent = true;
-            match shared.client.create(&prefix, &self.data, &options).await {
+            match shared
+                .client
+                .create(&prefix, &self.owner.data(), &options)
+                .await
+            {
                 Ok((stat, sequence)) => {
                     Counters::bump(&shared.counters.creates);
                     shared.renewed(sent);

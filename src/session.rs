@@ -288,9 +288,11 @@ impl Shared {
     /// Registers a granted lease so the clock can end it.
     pub(crate) fn register(&self, holding: &Arc<Holding>) -> u64 {
         let id = self.next_holding.fetch_add(1, Ordering::Relaxed);
-        let mut map = self.holdings.lock().unwrap();
-        map.retain(|_, w| w.strong_count() > 0);
-        map.insert(id, Arc::downgrade(holding));
+        // Every lease unregisters when released or dropped, so the map holds live leases only.
+        self.holdings
+            .lock()
+            .unwrap()
+            .insert(id, Arc::downgrade(holding));
         id
     }
 
@@ -663,7 +665,12 @@ async fn keep(shared: Arc<Shared>, mut states: zk::StateWatcher) {
                 }
             }
             _ = tokio::time::sleep_until(next_keepalive), if keepalive.is_none() => {
-                keepalive = Some(send_keepalive(&shared));
+                // Requests answered while we slept renewed the clock already: a busy session
+                // needs no keepalive.
+                let last = *shared.last_renewal_sent.lock().unwrap();
+                if last + shared.keepalive_interval <= Instant::now() {
+                    keepalive = Some(send_keepalive(&shared));
+                }
             }
             (sent, ok) = async { keepalive.as_mut().expect("guarded").await }, if keepalive.is_some() => {
                 keepalive = None;
