@@ -176,11 +176,17 @@ pub struct OwnerInfo {
 impl OwnerInfo {
     /// Owner data for this process with the given id.
     pub(crate) fn for_this_process(id: Option<&str>) -> OwnerInfo {
-        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-            .ok()
-            .map(|h| h.trim().to_string())
-            .or_else(|| std::env::var("HOSTNAME").ok())
-            .filter(|h| !h.is_empty());
+        // Read once per process: this runs on every enqueue.
+        static HOST: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+        let host = HOST
+            .get_or_init(|| {
+                std::fs::read_to_string("/proc/sys/kernel/hostname")
+                    .ok()
+                    .map(|h| h.trim().to_string())
+                    .or_else(|| std::env::var("HOSTNAME").ok())
+                    .filter(|h| !h.is_empty())
+            })
+            .clone();
         let at = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_millis() as u64)
