@@ -13,13 +13,14 @@
 //! a throwaway ensemble) or set `ZKFENCE_CONNECT` / pass `--connect HOSTS` to use yours.
 //! Exits 0 only if every minute's job ran exactly once.
 
+mod common;
+
 use std::error::Error;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::time::Instant;
 use zkfence::{Session, SessionOptions};
-use zkfence_testcontainers::Ensemble;
 
 const MACHINES: [&str; 4] = ["cron-a", "cron-b", "cron-c", "cron-d"];
 const MINUTES: u32 = 3;
@@ -63,7 +64,7 @@ async fn machine(
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn Error>> {
-    let (connect, _local) = ensemble().await?;
+    let (connect, _local) = common::ensemble().await?;
     // A fresh job name per run, so the minutes of an earlier run do not count.
     let job = format!("nightly-report-{}", std::process::id());
     let runs = Arc::new(Mutex::new(Vec::new()));
@@ -107,18 +108,4 @@ async fn main() -> Result<(), Box<dyn Error>> {
     }
     println!("every minute's job ran exactly once");
     Ok(())
-}
-
-/// The ensemble to use: `--connect HOSTS` or `ZKFENCE_CONNECT`, else a throwaway local one
-/// (kept running by the returned handle).
-async fn ensemble() -> Result<(String, Option<Ensemble>), Box<dyn Error>> {
-    let given = std::env::args().skip_while(|a| a != "--connect").nth(1);
-    match given.or_else(|| std::env::var("ZKFENCE_CONNECT").ok()) {
-        Some(connect) => Ok((connect, None)),
-        None => {
-            eprintln!("no --connect or ZKFENCE_CONNECT: starting a local ZooKeeper ensemble");
-            let zk = Ensemble::builder().nodes(3).start().await?;
-            Ok((zk.connect_string(), Some(zk)))
-        }
-    }
 }

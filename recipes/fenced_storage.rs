@@ -18,14 +18,14 @@
 //!
 //! Exits 0 only if the stale write was refused.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::error::Error;
-use std::net::ToSocketAddrs;
 use std::sync::Mutex;
 use std::time::Duration;
 
 use zkfence::{Fence, FencingToken, Session, SessionOptions, StaleToken};
-use zkfence_testcontainers::{Ensemble, FaultProxy};
 
 const LOCK: &str = "/recipes/fenced-storage/account-7";
 
@@ -53,12 +53,12 @@ impl Storage {
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn Error>> {
-    let (connect, _local) = ensemble().await?;
+    let (connect, _local) = common::ensemble().await?;
     let storage = Storage::default();
     let two_seconds = SessionOptions::new().session_timeout(Duration::from_secs(2));
 
     // Client A reaches ZooKeeper through a proxy we can cut, to play the frozen process.
-    let (proxy, through_proxy) = proxy_to(&connect).await?;
+    let (proxy, through_proxy) = common::proxy_to(&connect).await?;
     let a = Session::connect(&through_proxy, two_seconds.clone()).await?;
     let b = Session::connect(&connect, two_seconds).await?;
 
@@ -96,31 +96,4 @@ async fn main() -> Result<(), Box<dyn Error>> {
         return Err("fencing did not hold".into());
     }
     Ok(())
-}
-
-/// A fault proxy in front of the servers of `connect`, and the connect string through it
-/// (with the same chroot, if any).
-async fn proxy_to(connect: &str) -> Result<(FaultProxy, String), Box<dyn Error>> {
-    let (hosts, chroot) = connect.split_at(connect.find('/').unwrap_or(connect.len()));
-    let mut servers = Vec::new();
-    for host in hosts.split(',') {
-        servers.extend(host.to_socket_addrs()?.next());
-    }
-    let proxy = FaultProxy::start(servers).await?;
-    let through = format!("{}{chroot}", proxy.connect_string());
-    Ok((proxy, through))
-}
-
-/// The ensemble to use: `--connect HOSTS` or `ZKFENCE_CONNECT`, else a throwaway local one
-/// (kept running by the returned handle).
-async fn ensemble() -> Result<(String, Option<Ensemble>), Box<dyn Error>> {
-    let given = std::env::args().skip_while(|a| a != "--connect").nth(1);
-    match given.or_else(|| std::env::var("ZKFENCE_CONNECT").ok()) {
-        Some(connect) => Ok((connect, None)),
-        None => {
-            eprintln!("no --connect or ZKFENCE_CONNECT: starting a local ZooKeeper ensemble");
-            let zk = Ensemble::builder().nodes(3).start().await?;
-            Ok((zk.connect_string(), Some(zk)))
-        }
-    }
 }

@@ -29,6 +29,8 @@
 //! and ZooKeeper) or set `ZKFENCE_CONNECT` / pass `--connect HOSTS` to use yours. Exits 0 only
 //! if every job ran exactly once and the failover happened, with a larger token.
 
+mod common;
+
 use std::error::Error;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -37,7 +39,6 @@ use tokio::sync::watch;
 use zkfence::{
     Fence, FencingToken, LeaderTask, Leadership, LeaseState, Session, SessionOptions, StaleToken,
 };
-use zkfence_testcontainers::{Ensemble, FaultProxy};
 
 const INSTANCES: [&str; 3] = ["scheduler-a", "scheduler-b", "scheduler-c"];
 /// Jobs due, numbered from 1.
@@ -159,11 +160,11 @@ async fn main() -> Result<(), Box<dyn Error>> {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
-    let (connect, _local) = ensemble().await?;
+    let (connect, _local) = common::ensemble().await?;
     // A fresh election per run, so that runs against a shared ensemble do not meet.
     let path = format!("/scheduler-{}/leader", std::process::id());
     // scheduler-a reaches ZooKeeper through a fault proxy, so that its network can be cut.
-    let (proxy, via_proxy) = proxy_to(&connect).await?;
+    let (proxy, via_proxy) = common::proxy_to(&connect).await?;
 
     let store = Arc::new(JobStore::new());
     let mut progress = store.done.subscribe();
@@ -261,38 +262,4 @@ fn check(runs: &[JobRun], before: JobRun, late_refused: bool) -> Result<(), Box<
         old.instance, old.token, new.instance, new.token, old.job
     );
     Ok(())
-}
-
-/// A fault proxy in front of the servers of `connect`, and the connect string through it.
-async fn proxy_to(connect: &str) -> Result<(FaultProxy, String), Box<dyn Error>> {
-    let (hosts, chroot) = match connect.find('/') {
-        Some(i) => connect.split_at(i),
-        None => (connect, ""),
-    };
-    let mut servers = Vec::new();
-    for host in hosts.split(',') {
-        servers.extend(tokio::net::lookup_host(host.trim()).await?.next());
-    }
-    let proxy = FaultProxy::start(servers).await?;
-    let via = format!("{}{chroot}", proxy.connect_string());
-    Ok((proxy, via))
-}
-
-/// The ensemble to use: `--connect HOSTS` or `ZKFENCE_CONNECT`, else a throwaway local one
-/// (kept running by the returned handle).
-async fn ensemble() -> Result<(String, Option<Ensemble>), Box<dyn Error>> {
-    let given = std::env::args().skip_while(|a| a != "--connect").nth(1);
-    match given.or_else(|| std::env::var("ZKFENCE_CONNECT").ok()) {
-        Some(connect) => Ok((connect, None)),
-        None => {
-            eprintln!("no --connect or ZKFENCE_CONNECT: starting a local ZooKeeper ensemble");
-            // tickTime 200 ms lets the servers grant 2 s sessions, for a quick failover.
-            let zk = Ensemble::builder()
-                .nodes(3)
-                .tick_time(Duration::from_millis(200))
-                .start()
-                .await?;
-            Ok((zk.connect_string(), Some(zk)))
-        }
-    }
 }

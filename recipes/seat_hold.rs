@@ -14,6 +14,8 @@
 //! `ZKFENCE_CONNECT` / pass `--connect HOSTS` to use yours. Exits 0 only if every seat was
 //! sold exactly once.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::error::Error;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -21,7 +23,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use zkfence::{FencingToken, Lease, Session, SessionOptions};
-use zkfence_testcontainers::Ensemble;
 
 const SEATS: [&str; 3] = ["12A", "12B", "12C"];
 const BUYERS: [&str; 5] = ["bob", "ann", "cat", "dan", "eve"];
@@ -134,7 +135,7 @@ async fn checkout(
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn Error>> {
-    let (connect, _local) = ensemble().await?;
+    let (connect, _local) = common::ensemble().await?;
     let office = Arc::new(BoxOffice::default());
     let mut visits = Vec::new();
     let mut sessions = Vec::new();
@@ -191,18 +192,4 @@ async fn main() -> Result<(), Box<dyn Error>> {
         return Err("the wrong buyers ended up with seats".into());
     }
     Ok(())
-}
-
-/// The ensemble to use: `--connect HOSTS` or `ZKFENCE_CONNECT`, else a throwaway local one
-/// (kept running by the returned handle).
-async fn ensemble() -> Result<(String, Option<Ensemble>), Box<dyn Error>> {
-    let given = std::env::args().skip_while(|a| a != "--connect").nth(1);
-    match given.or_else(|| std::env::var("ZKFENCE_CONNECT").ok()) {
-        Some(connect) => Ok((connect, None)),
-        None => {
-            eprintln!("no --connect or ZKFENCE_CONNECT: starting a local ZooKeeper ensemble");
-            let zk = Ensemble::builder().nodes(3).start().await?;
-            Ok((zk.connect_string(), Some(zk)))
-        }
-    }
 }
