@@ -134,12 +134,26 @@ pub enum Error {
         reason: LossReason,
     },
 
-    /// Our queue node disappeared while we waited (deleted by someone else, or the lock
-    /// directory was removed).
+    /// Our queue node disappeared while we waited: someone else deleted it.
     #[error("our queue node {node} was deleted by someone else while waiting; nothing is held, acquire again")]
     NodeDeleted {
         /// Full path of the node that vanished.
         node: String,
+    },
+
+    /// The lock directory was deleted while we waited (our node with it).
+    ///
+    /// zkfence never deletes a lock directory: its child counter is what makes fencing
+    /// tokens grow. A re-created directory counts from 0 again, so resources fencing on this
+    /// lock's tokens would refuse every new holder until their newest token is reset.
+    #[error(
+        "the lock directory {path} was deleted while we waited (our node with it); nothing is held. \
+         Do not delete lock directories: a re-created one restarts fencing tokens from 0, so reset \
+         the newest token of every resource fenced on {path} before acquiring again"
+    )]
+    LockDirectoryDeleted {
+        /// The lock directory.
+        path: String,
     },
 
     /// The ensemble did not answer for longer than the session timeout.

@@ -577,9 +577,15 @@ impl Queue {
                     source: zk::Error::NoNode,
                     ..
                 }) => {
-                    return Err(Error::NodeDeleted {
-                        node: node.to_string(),
-                    })
+                    return Err(match self.shared().clock().state {
+                        // An expired session's node is gone, but the directory is not.
+                        crate::SessionState::Connected | crate::SessionState::Disconnected => {
+                            Error::LockDirectoryDeleted {
+                                path: self.dir.clone(),
+                            }
+                        }
+                        _ => self.vanished(node),
+                    });
                 }
                 Err(err) => return Err(err),
             };

@@ -612,3 +612,34 @@ async fn contenders_show_holder_then_waiters_with_owner_data() {
     lease.release().await.unwrap();
     assert!(waiting.await.unwrap().unwrap() > c[0].token);
 }
+
+#[tokio::test]
+async fn a_deleted_lock_directory_is_a_clear_error() {
+    let dir = unique_path("dir-deleted");
+    let (holder_session, waiters, admin) = (session().await, session().await, session().await);
+    let holder = holder_session.lock(&dir).acquire().await.unwrap();
+    let middle = waiters.lock(&dir);
+    let _middle = tokio::spawn(async move { middle.acquire().await });
+    until_contenders(&admin, &dir, 2).await;
+    let last = waiters.lock(&dir);
+    let last = tokio::spawn(async move { last.acquire().await });
+    until_contenders(&admin, &dir, 3).await;
+
+    // An operator removes the whole queue and the directory, in one transaction, so the
+    // woken waiter cannot look before the directory is gone.
+    let mut writer = admin.client().new_multi_writer();
+    for n in children(&admin, &dir).await {
+        writer.add_delete(&format!("{dir}/{n}"), None).unwrap();
+    }
+    writer.add_delete(&dir, None).unwrap();
+    writer.commit().await.unwrap();
+
+    let err = tokio::time::timeout(Duration::from_secs(5), last)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap_err();
+    assert!(matches!(err, Error::LockDirectoryDeleted { .. }), "{err}");
+    assert!(err.to_string().contains("restarts fencing tokens"), "{err}");
+    drop(holder);
+}
