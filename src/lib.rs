@@ -67,6 +67,7 @@ mod fence;
 mod lock;
 mod node;
 mod queue;
+mod semaphore;
 mod session;
 
 pub use election::{Election, LeaderChanges, LeaderInfo, LeaderTask, Leadership};
@@ -75,6 +76,7 @@ pub use fence::{Fence, StaleToken};
 pub use lock::{FencedOp, FencingToken, Lease, LeaseState, Lock, LossReason};
 pub use node::{NodeFormat, OwnerInfo};
 pub use queue::Contender;
+pub use semaphore::Semaphore;
 pub use session::{Session, SessionMetrics, SessionOptions, SessionState};
 
 /// Re-export of the underlying client crate, for [`Session::client`] and ACL types.

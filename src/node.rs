@@ -42,6 +42,9 @@ impl NodeFormat {
             (NodeFormat::Curator, Role::Write) => format!("_c_{}-__WRIT__", uuid.hyphenated()),
             (NodeFormat::Kazoo, Role::Lock | Role::Write) => format!("{}__lock__", uuid.simple()),
             (NodeFormat::Kazoo, Role::Read) => format!("{}__rlock__", uuid.simple()),
+            // Curator's InterProcessSemaphoreV2 lease name; Kazoo's semaphore has no queue.
+            (NodeFormat::Curator, Role::Lease) => format!("_c_{}-lease-", uuid.hyphenated()),
+            (NodeFormat::Kazoo, Role::Lease) => format!("{}__lease__", uuid.simple()),
         }
     }
 
@@ -78,6 +81,8 @@ pub(crate) enum Role {
     Read,
     /// An exclusive (write) hold.
     Write,
+    /// A semaphore lease.
+    Lease,
 }
 
 /// True for a reader's node (ours, Curator's or Kazoo's); every other contender is exclusive.
@@ -309,7 +314,7 @@ mod tests {
             NodeFormat::Kazoo.prefix(&u, Role::Lock),
             "00000000000000000000000000000000__lock__"
         );
-        for role in [Role::Lock, Role::Read, Role::Write] {
+        for role in [Role::Lock, Role::Read, Role::Write, Role::Lease] {
             for f in [NodeFormat::Curator, NodeFormat::Kazoo] {
                 assert!(f.prefix(&u, role).starts_with(&f.marker(&u)));
                 assert_eq!(is_shared(&f.prefix(&u, role)), role == Role::Read);

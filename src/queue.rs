@@ -87,10 +87,10 @@ pub(crate) struct Progress {
 
 /// Who may hold: the one parameter in which recipes differ.
 ///
-/// (A semaphore is *not* `n` holders at the head watching the node `n` places ahead: the
-/// first waiter would then only wake when the oldest holder leaves, not when any does.
-/// Curator's `InterProcessSemaphoreV2` and Kazoo's `Semaphore` serialise waiters with a
-/// mutex and watch a leases directory instead; that is a different mechanism.)
+/// (`Permits(n)` cannot watch one node: a waiter must wake when *any* of the `n` holders
+/// leaves. It watches the directory's children instead, which would wake every waiter on
+/// every change, so it is only used with waiters serialised by a mutex: see
+/// [`Semaphore`](crate::Semaphore).)
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Admission {
     /// Only the head holds: a lock, a write lock, an election. Wait on the immediate
@@ -99,6 +99,8 @@ pub(crate) enum Admission {
     /// Hold while no exclusive contender is ahead: a read lock. Wait on the last exclusive
     /// contender ahead.
     Shared,
+    /// The first `n` hold: a semaphore's leases. Wait for any change of the directory.
+    Permits(usize),
 }
 
 impl Admission {
@@ -112,6 +114,8 @@ impl Admission {
                 // smaller than our sequence can appear.
                 holds_when_gone: index == 1,
             },
+            Admission::Permits(n) if index < n => Place::Holds,
+            Admission::Permits(_) => Place::WaitsForChange,
             Admission::Shared => {
                 match queue[..index]
                     .iter()
@@ -134,12 +138,14 @@ impl Admission {
         match self {
             Admission::Exclusive => contenders.next().is_some(),
             Admission::Shared => contenders.any(|c| !node::is_shared(c)),
+            Admission::Permits(n) => contenders.count() >= n,
         }
     }
 }
 
 enum Place {
     Holds,
+    WaitsForChange,
     Waits {
         watched: usize,
         holds_when_gone: bool,
@@ -433,7 +439,7 @@ impl Queue {
                 .await?
             {
                 Position::Holds => self.grant(node, sequence, czxid).await.map(Some),
-                Position::Waits { .. } => Ok(None),
+                Position::Waits { .. } | Position::WaitsForChange { .. } => Ok(None),
             }
         }
         .await;
@@ -565,14 +571,24 @@ impl Queue {
         progress: &mut Progress,
     ) -> Result<Position> {
         let shared = self.shared();
+        let watch_children = matches!(admission, Admission::Permits(_));
         loop {
             Counters::bump(&shared.counters.listings);
-            let children = match retry_read(shared, "list", &self.dir, || {
-                shared.client.list_children(&self.dir)
-            })
-            .await
-            {
-                Ok(children) => children,
+            let listed = if watch_children {
+                retry_read(shared, "list", &self.dir, || {
+                    shared.client.list_and_watch_children(&self.dir)
+                })
+                .await
+                .map(|(children, watcher)| (children, Some(watcher)))
+            } else {
+                retry_read(shared, "list", &self.dir, || {
+                    shared.client.list_children(&self.dir)
+                })
+                .await
+                .map(|children| (children, None))
+            };
+            let (children, children_watch) = match listed {
+                Ok(listed) => listed,
                 Err(Error::ZooKeeper {
                     source: zk::Error::NoNode,
                     ..
@@ -601,6 +617,10 @@ impl Queue {
             progress.holder = queue.first().map(|(_, n)| n.clone());
             return Ok(match admission.place(&queue, index) {
                 Place::Holds => Position::Holds,
+                Place::WaitsForChange => Position::WaitsForChange {
+                    index,
+                    watcher: children_watch.expect("listed with a watch"),
+                },
                 Place::Waits {
                     watched,
                     holds_when_gone,
@@ -665,6 +685,18 @@ impl Queue {
             let (index, predecessor, holds_when_gone) =
                 match self.position(&node, marker, admission, progress).await? {
                     Position::Holds => return self.grant(node, sequence, czxid).await,
+                    Position::WaitsForChange { index, watcher } => {
+                        tracing::info!(
+                            position = index,
+                            ahead = index,
+                            "queued: waiting for a permit"
+                        );
+                        Counters::bump(&shared.counters.watches);
+                        let event = watcher.changed().await;
+                        Counters::bump(&shared.counters.wakeups);
+                        session_event_error(&event)?;
+                        continue;
+                    }
                     Position::Waits {
                         index,
                         predecessor,
@@ -690,14 +722,7 @@ impl Queue {
                     // we hold without listing again.
                     return self.grant(node, sequence, czxid).await;
                 }
-                (zk::EventType::Session, zk::SessionState::Expired) => {
-                    return Err(Error::SessionExpired)
-                }
-                (zk::EventType::Session, zk::SessionState::AuthFailed) => {
-                    return Err(Error::AuthFailed)
-                }
-                (zk::EventType::Session, _) => return Err(Error::SessionClosed),
-                _ => {} // deleted deeper in the queue, or changed: look again
+                _ => session_event_error(&event)?, // else deleted deeper, or changed: look again
             }
         }
     }
@@ -828,8 +853,23 @@ pub(crate) async fn list_contenders(shared: &Shared, dir: &str) -> Result<Vec<Co
     Ok(out)
 }
 
+/// A watch that fired because the session ended, as the error to return.
+fn session_event_error(event: &zk::WatchedEvent) -> Result<()> {
+    match (event.event_type, event.session_state) {
+        (zk::EventType::Session, zk::SessionState::Expired) => Err(Error::SessionExpired),
+        (zk::EventType::Session, zk::SessionState::AuthFailed) => Err(Error::AuthFailed),
+        (zk::EventType::Session, _) => Err(Error::SessionClosed),
+        _ => Ok(()),
+    }
+}
+
 enum Position {
     Holds,
+    /// Wait for any change of the directory (a semaphore's permit waiter).
+    WaitsForChange {
+        index: usize,
+        watcher: zk::OneshotWatcher,
+    },
     Waits {
         index: usize,
         predecessor: String,

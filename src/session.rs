@@ -27,6 +27,7 @@ use zookeeper_client as zk;
 use crate::election::Election;
 use crate::error::{Error, Result};
 use crate::lock::{Lock, LossReason};
+use crate::semaphore::Semaphore;
 
 /// Options for [`Session::connect`].
 ///
@@ -553,6 +554,12 @@ impl Session {
     /// first operation.
     pub fn lock(&self, path: &str) -> Lock {
         Lock::new(self.clone(), path)
+    }
+
+    /// A counting semaphore under the directory `path`: up to `permits` holders at once
+    /// (Curator's `InterProcessSemaphoreV2` layout). Every contender must agree on `permits`.
+    pub fn semaphore(&self, path: &str, permits: usize) -> Semaphore {
+        Semaphore::new(self.clone(), path, permits)
     }
 
     /// The read side of the read/write lock under `path`: shared with other readers,

@@ -1,8 +1,11 @@
-//! The queue's shared admission rule: a read/write lock.
+//! The queue's other admission rules: a read/write lock, and a semaphore (n holders).
 
 mod common;
 
 use std::time::Duration;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 
 use common::*;
 use zkfence::Session;
@@ -79,4 +82,159 @@ async fn readers_share_writers_exclude_and_queue_order_is_kept() {
         .release()
         .await
         .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_semaphore_admits_at_most_its_permits() {
+    let dir = unique_path("semaphore");
+    let inside = Arc::new(AtomicUsize::new(0));
+    let most = Arc::new(AtomicUsize::new(0));
+    let mut tasks = vec![];
+    for _ in 0..6 {
+        let s = session().await;
+        let (dir, inside, most) = (dir.clone(), inside.clone(), most.clone());
+        tasks.push(tokio::spawn(async move {
+            let sem = s.semaphore(&dir, 3);
+            for _ in 0..15 {
+                let permit = sem.acquire().await.unwrap();
+                let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
+                most.fetch_max(now, Ordering::SeqCst);
+                // Hold across a round trip so holders overlap.
+                permit.renew().await.unwrap();
+                // Work long enough for others to get a permit meanwhile (a turn hand-over
+                // costs two writes).
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                inside.fetch_sub(1, Ordering::SeqCst);
+                permit.release().await.unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let most = most.load(Ordering::SeqCst);
+    assert!(most <= 3, "{most} holders at once with 3 permits");
+    assert!(most >= 2, "permits were never shared ({most})");
+}
+
+#[tokio::test]
+async fn any_holders_release_frees_a_permit_for_the_next_waiter() {
+    let dir = unique_path("semaphore-any");
+    let s = session().await;
+    let first = s.semaphore(&dir, 2).acquire().await.unwrap();
+    let second = s.semaphore(&dir, 2).acquire().await.unwrap();
+    assert!(
+        s.semaphore(&dir, 2).try_acquire().await.unwrap().is_none(),
+        "no permit is free"
+    );
+    let third = s.semaphore(&dir, 2);
+    let waiting = tokio::spawn(async move { third.acquire().await });
+    eventually(
+        Duration::from_secs(5),
+        "third waits for a permit",
+        || async { children(&s, &format!("{dir}/leases")).await.len() == 3 },
+    )
+    .await;
+    // The *younger* holder leaves: a waiter watching only the oldest would miss this.
+    second.release().await.unwrap();
+    let third = tokio::time::timeout(Duration::from_secs(5), waiting)
+        .await
+        .expect("granted")
+        .unwrap()
+        .unwrap();
+    assert!(third.token() > first.token());
+    let holders = s.semaphore(&dir, 2).holders().await.unwrap();
+    assert_eq!(holders.len(), 2);
+    assert_eq!(holders[0].token, first.token());
+    assert_eq!(holders[1].token, third.token());
+}
+
+#[tokio::test]
+async fn a_semaphore_timeout_leaves_nothing_behind() {
+    let dir = unique_path("semaphore-timeout");
+    let s = session().await;
+    let held = s.semaphore(&dir, 1).acquire().await.unwrap();
+    let err = s
+        .semaphore(&dir, 1)
+        .acquire_timeout(Duration::from_millis(300))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, zkfence::Error::Timeout { path, .. } if *path == dir),
+        "{err}"
+    );
+    assert_eq!(
+        children(&s, &format!("{dir}/leases")).await.len(),
+        1,
+        "only the holder's lease"
+    );
+    eventually(
+        Duration::from_secs(5),
+        "the turn is handed back",
+        || async { children(&s, &format!("{dir}/locks")).await.is_empty() },
+    )
+    .await;
+    held.release().await.unwrap();
+    s.semaphore(&dir, 1)
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn waiters_for_permits_are_not_a_herd() {
+    let dir = unique_path("semaphore-herd");
+    let holder_session = session().await;
+    let permits = [
+        holder_session.semaphore(&dir, 2).acquire().await.unwrap(),
+        holder_session.semaphore(&dir, 2).acquire().await.unwrap(),
+    ];
+    let waiters: Vec<Session> = {
+        let mut v = vec![];
+        for _ in 0..6 {
+            v.push(session().await);
+        }
+        v
+    };
+    for w in &waiters {
+        let sem = w.semaphore(&dir, 2);
+        tokio::spawn(async move {
+            let p = sem.acquire().await.unwrap();
+            std::future::pending::<()>().await;
+            drop(p);
+        });
+    }
+    // One acquirer waits for a permit, five wait for their turn.
+    eventually(Duration::from_secs(10), "all waiting", || async {
+        waiters.iter().map(|w| w.metrics().watches).sum::<u64>() >= 6
+    })
+    .await;
+    let wakeups = || waiters.iter().map(|w| w.metrics().wakeups).sum::<u64>();
+    let before = wakeups();
+    let [p0, _p1] = permits;
+    p0.release().await.unwrap();
+    eventually(
+        Duration::from_secs(10),
+        "the next waiter holds and the next turn waits",
+        || async {
+            children(&holder_session, &format!("{dir}/leases"))
+                .await
+                .len()
+                == 3
+                && waiters.iter().map(|w| w.metrics().watches).sum::<u64>() >= 7
+        },
+    )
+    .await;
+    for w in &waiters {
+        w.client().sync("/").await.unwrap();
+    }
+    // The permit waiter wakes and takes the permit; handing on its turn wakes the next one.
+    assert_eq!(
+        wakeups() - before,
+        2,
+        "a release wakes the permit waiter and the next turn, nobody else"
+    );
 }

@@ -1,0 +1,164 @@
+//! A counting semaphore: up to `n` holders at once.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::error::{Error, Result};
+use crate::lock::{Claim, Lease};
+use crate::node::{NodeFormat, Role};
+use crate::queue::{self, Admission, Contender, Queue};
+use crate::session::Session;
+
+/// Up to `permits` holders at once, first come first served. Made by
+/// [`Session::semaphore`].
+///
+/// The layout is Apache Curator's `InterProcessSemaphoreV2`: a lock at `{path}/locks`
+/// serialises the acquirers, and the permits are ephemeral sequential *lease* nodes in
+/// `{path}/leases`. Only the acquirer that holds the lock waits for a permit, watching the
+/// leases directory, so a release wakes one waiter and the queue stays fair. A permit is a
+/// [`Lease`] like a lock's: session-tied, `Lost` before the server can expire it, released
+/// on drop, with a token from the leases directory's counter.
+///
+/// Every contender must use the same `permits`.
+///
+/// ```no_run
+/// # async fn f(session: zkfence::Session) -> zkfence::Result<()> {
+/// // At most 3 workers call the rate-limited API at once.
+/// let api = session.semaphore("/semaphores/partner-api", 3);
+/// let permit = api.acquire().await?;
+/// // ... call the API ...
+/// permit.release().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+pub struct Semaphore {
+    session: Session,
+    path: String,
+    permits: usize,
+}
+
+impl Semaphore {
+    pub(crate) fn new(session: Session, path: &str, permits: usize) -> Semaphore {
+        Semaphore {
+            session,
+            path: path.to_string(),
+            permits: permits.max(1),
+        }
+    }
+
+    /// The semaphore directory.
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+
+    /// How many may hold at once.
+    pub fn permits(&self) -> usize {
+        self.permits
+    }
+
+    fn leases(&self) -> Queue {
+        let mut queue = Queue::new(
+            self.session.clone(),
+            &self.leases_dir(),
+            NodeFormat::Curator,
+            None,
+        );
+        queue.role = Role::Lease;
+        queue
+    }
+
+    fn leases_dir(&self) -> String {
+        format!("{}/leases", self.path)
+    }
+
+    /// Waits for a permit.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropping the future gives up our place and removes our nodes in the
+    /// background.
+    pub async fn acquire(&self) -> Result<Lease> {
+        self.acquire_until(None).await
+    }
+
+    /// Like [`acquire`](Self::acquire), giving up after `timeout` with [`Error::Timeout`];
+    /// nothing is left behind.
+    pub async fn acquire_timeout(&self, timeout: Duration) -> Result<Lease> {
+        self.acquire_until(Some(Instant::now() + timeout)).await
+    }
+
+    async fn acquire_until(&self, deadline: Option<Instant>) -> Result<Lease> {
+        crate::node::validate_path(&self.path)?;
+        let mutex = self.session.lock(&format!("{}/locks", self.path));
+        let turn = match deadline {
+            None => mutex.acquire().await?,
+            Some(deadline) => mutex
+                .acquire_timeout(deadline.saturating_duration_since(Instant::now()))
+                .await
+                .map_err(|e| self.timeout_for_semaphore(e))?,
+        };
+        // Our turn: we are the only one waiting for a permit.
+        let grant = self
+            .leases()
+            .join(Admission::Permits(self.permits), deadline)
+            .await;
+        // Hand the turn on at once (the delete goes on in the background).
+        drop(turn);
+        let grant = grant.map_err(|e| self.timeout_for_semaphore(e))?;
+        Ok(Lease::new(
+            self.session.clone(),
+            self.leases_dir(),
+            grant,
+            Claim::none(),
+        ))
+    }
+
+    /// Takes a permit if one is free and nobody is waiting for one; never waits.
+    pub async fn try_acquire(&self) -> Result<Option<Lease>> {
+        crate::node::validate_path(&self.path)?;
+        let mutex = self.session.lock(&format!("{}/locks", self.path));
+        // Someone holding the turn is waiting for a permit: none is free.
+        let Some(turn) = mutex.try_acquire().await? else {
+            return Ok(None);
+        };
+        let grant = self
+            .leases()
+            .try_join(Admission::Permits(self.permits))
+            .await;
+        drop(turn);
+        Ok(grant?.map(|grant| {
+            Lease::new(
+                self.session.clone(),
+                self.leases_dir(),
+                grant,
+                Claim::none(),
+            )
+        }))
+    }
+
+    /// The current holders of permits, oldest first (not the acquirer waiting for one).
+    pub async fn holders(&self) -> Result<Vec<Contender>> {
+        crate::node::validate_path(&self.path)?;
+        let mut leases = queue::list_contenders(self.session.shared(), &self.leases_dir()).await?;
+        leases.truncate(self.permits);
+        Ok(leases)
+    }
+
+    /// A timeout of the inner lock or leases queue, reported against the semaphore.
+    fn timeout_for_semaphore(&self, err: Error) -> Error {
+        match err {
+            Error::Timeout {
+                waited,
+                ahead,
+                holder,
+                ..
+            } => Error::Timeout {
+                path: self.path.clone(),
+                waited,
+                ahead,
+                holder,
+            },
+            other => other,
+        }
+    }
+}
