@@ -6,25 +6,29 @@
 //!
 //! ```no_run
 //! use std::time::Duration;
-//! use zkfence::{Fence, LeaseState, Session, SessionOptions};
+//! use zkfence::{Session, SessionOptions};
 //!
 //! # #[tokio::main] async fn main() -> zkfence::Result<()> {
 //! let session = Session::connect(
-//!     "127.0.0.1:2181,127.0.0.1:2182,127.0.0.1:2183",
+//!     "zk1:2181,zk2:2181,zk3:2181/app",
 //!     SessionOptions::new().session_timeout(Duration::from_secs(10)),
 //! ).await?;
 //!
-//! // The resource keeps a Fence and checks every writer's token.
-//! let fence = Fence::new();
-//!
-//! let lease = session.lock("/locks/seat-42").with_id("booking-7").acquire().await?;
-//! if lease.state() != LeaseState::Held {
-//!     return Ok(()); // suspended or lost: do not act
-//! }
-//! fence.admit(lease.token()).expect("we hold the newest token");
-//! // ... write, passing lease.token() along ...
+//! let lease = session.lock("/locks/seat-42").with_id("booking-7")
+//!     .acquire_timeout(Duration::from_secs(5)).await?;
+//! // Pass the token to the resource with every write; the resource refuses older tokens
+//! // (a `zkfence::Fence` does that).
+//! storage_write(lease.token().get(), b"...").await;
 //! lease.release().await?;
+//!
+//! let leadership = session.election("/election/scheduler").campaign("node-a").await?;
+//! tokio::select! {
+//!     reason = leadership.lost() => eprintln!("no longer leader: {reason}"),
+//!     _ = run_scheduler(leadership.token()) => {}
+//! }
 //! # Ok(()) }
+//! # async fn storage_write(_: u64, _: &[u8]) {}
+//! # async fn run_scheduler(_: zkfence::FencingToken) {}
 //! ```
 //!
 //! # How it works
