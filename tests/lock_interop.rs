@@ -15,11 +15,17 @@ const DRIVER: &str = r#"
 import sys
 from kazoo.client import KazooClient
 from kazoo.exceptions import LockTimeout
-from kazoo.recipe.lock import Lock
+from kazoo.recipe.lock import Lock, ReadLock, WriteLock
 hosts, path, mode, patterns = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
 zk = KazooClient(hosts=hosts, timeout=10)
 zk.start()
-lock = Lock(zk, path, identifier="kazoo", extra_lock_patterns=[p for p in patterns.split(",") if p])
+kind, _, mode = mode.rpartition("-")
+if kind == "read":
+    lock = ReadLock(zk, path, identifier="kazoo")
+elif kind == "write":
+    lock = WriteLock(zk, path, identifier="kazoo")
+else:
+    lock = Lock(zk, path, identifier="kazoo", extra_lock_patterns=[p for p in patterns.split(",") if p])
 if mode == "hold":
     lock.acquire()
     print("HELD", flush=True)
@@ -140,4 +146,87 @@ async fn kazoo_format_excludes_and_is_excluded_by_kazoo() {
 #[tokio::test]
 async fn curator_format_interoperates_with_kazoo_extra_lock_patterns() {
     interop(NodeFormat::Curator, "-lock-").await;
+}
+
+#[tokio::test]
+async fn read_write_locks_share_and_exclude_with_kazoos() {
+    let Some(py) = python_with_kazoo() else {
+        eprintln!("python3-kazoo is not installed: skipping (apt-get install -y python3-kazoo)");
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI must have python3-kazoo"
+        );
+        return;
+    };
+    let dir = unique_path("kazoo-rw");
+    let s = connect(&shared_ensemble().connect_string(), Duration::from_secs(4)).await;
+
+    // Kazoo reads: we may read too, but not write.
+    let mut reader = kazoo(py, &dir, "read-hold", "");
+    assert_eq!(next_line(&mut reader).await, "HELD");
+    let ours = s
+        .read_lock(&dir)
+        .with_format(NodeFormat::Kazoo)
+        .try_acquire()
+        .await
+        .unwrap();
+    let ours = ours.expect("readers share with Kazoo's ReadLock");
+    assert!(s
+        .write_lock(&dir)
+        .with_format(NodeFormat::Kazoo)
+        .try_acquire()
+        .await
+        .unwrap()
+        .is_none());
+    // … and Kazoo cannot write while we (and it) read.
+    let mut probe = kazoo(py, &dir, "write-try", "");
+    assert_eq!(next_line(&mut probe).await, "BLOCKED");
+    ours.release().await.unwrap();
+    reader
+        .stdin
+        .as_mut()
+        .unwrap()
+        .write_all(b"go\n")
+        .await
+        .unwrap();
+    assert_eq!(next_line(&mut reader).await, "RELEASED");
+
+    // Kazoo writes: we can neither read nor write.
+    let mut writer = kazoo(py, &dir, "write-hold", "");
+    assert_eq!(next_line(&mut writer).await, "HELD");
+    assert!(s
+        .read_lock(&dir)
+        .with_format(NodeFormat::Kazoo)
+        .try_acquire()
+        .await
+        .unwrap()
+        .is_none());
+    assert!(s
+        .write_lock(&dir)
+        .with_format(NodeFormat::Kazoo)
+        .try_acquire()
+        .await
+        .unwrap()
+        .is_none());
+    writer
+        .stdin
+        .as_mut()
+        .unwrap()
+        .write_all(b"go\n")
+        .await
+        .unwrap();
+    assert_eq!(next_line(&mut writer).await, "RELEASED");
+
+    // We write: Kazoo can neither read nor write.
+    let ours = s
+        .write_lock(&dir)
+        .with_format(NodeFormat::Kazoo)
+        .acquire()
+        .await
+        .unwrap();
+    let mut probe = kazoo(py, &dir, "read-try", "");
+    assert_eq!(next_line(&mut probe).await, "BLOCKED");
+    ours.release().await.unwrap();
+    let mut probe = kazoo(py, &dir, "read-try", "");
+    assert_eq!(next_line(&mut probe).await, "GOT");
 }
