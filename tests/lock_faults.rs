@@ -545,3 +545,60 @@ async fn a_late_committed_duplicate_of_ours_is_removed_not_waited_on() {
     assert!(lease.path().ends_with(&left[0]));
     lease.release().await.unwrap();
 }
+
+#[tokio::test]
+async fn a_waiter_whose_lease_clock_lapsed_confirms_before_it_is_granted() {
+    // etcd issue 11456: a waiter whose session went quiet while it waited must not be told
+    // it holds the lock on the strength of a stale notification.
+    let zk = shared_ensemble();
+    let dir = unique_path("stale-grant");
+    let proxy = zk.proxy().await.unwrap();
+    // A wide margin: the clock lapses ~2 s before the server could expire the session, so
+    // the session survives the outage and the waiter's node is still queued afterwards.
+    let waiter_session = zkfence::Session::connect(
+        &proxy.connect_string(),
+        zkfence::SessionOptions::new()
+            .session_timeout(LONG)
+            .lease_margin(Duration::from_millis(2500)),
+    )
+    .await
+    .unwrap();
+    let holder_session = connect(&zk.connect_string(), LONG).await;
+    let holder = holder_session.lock(&dir).acquire().await.unwrap();
+    let lock = waiter_session.lock(&dir);
+    let waiter = tokio::spawn(async move { lock.acquire().await });
+    eventually(Duration::from_secs(5), "waiter queued", || async {
+        children(&holder_session, &dir).await.len() == 2
+    })
+    .await;
+
+    proxy.blackhole();
+    eventually(
+        Duration::from_secs(5),
+        "the waiter's lease clock lapsed",
+        || async { waiter_session.valid_until().is_none() },
+    )
+    .await;
+    // The lock is released while the waiter cannot hear anything.
+    holder.release().await.unwrap();
+    assert!(!waiter.is_finished());
+    proxy.heal();
+
+    let lease = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("granted")
+        .unwrap()
+        .unwrap();
+    let healed_at = Instant::now();
+    // On reconnect the notification arrives before the keepalive's answer, so the grant
+    // itself must confirm with the ensemble first. Granted only with a clock renewed after
+    // the outage: the lease is held and vouched for.
+    assert_eq!(lease.state(), LeaseState::Held);
+    let valid_until = lease.valid_until().expect("vouched for");
+    assert!(
+        valid_until > healed_at,
+        "the grant must come with a fresh lease clock"
+    );
+    assert_eq!(waiter_session.state(), SessionState::Connected);
+    lease.release().await.unwrap();
+}
