@@ -524,7 +524,7 @@ impl Lease {
     pub async fn renew(&self) -> Result<Instant> {
         self.check_held()?;
         match crate::queue::confirm(self.session.shared(), &self.grant.node).await {
-            Ok(_) => {}
+            Ok(()) => {}
             Err(Error::NodeDeleted { .. }) => {
                 self.holding.lose(LossReason::NodeDeleted);
             }

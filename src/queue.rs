@@ -736,7 +736,7 @@ impl Queue {
         let now = Instant::now();
         if !clock.holds(clock.epoch, now) {
             tracing::info!(%node, "lease clock not current at grant: confirming with the ensemble");
-            self.confirm(&node).await?;
+            confirm(shared, &node).await?;
         }
         let clock = shared.clock();
         if !clock.holds(clock.epoch, Instant::now()) {
@@ -761,12 +761,6 @@ impl Queue {
         })
     }
 
-    /// One round trip that proves the session is alive and our node exists (sync, then
-    /// exists, pipelined). Renews the lease clock.
-    pub(crate) async fn confirm(&self, node: &str) -> Result<Instant> {
-        confirm(self.shared(), node).await
-    }
-
     /// Lists the contenders, holder first, with their owner data (one multi-read).
     pub(crate) async fn contenders(&self) -> Result<Vec<Contender>> {
         node::validate_path(&self.dir)?;
@@ -774,8 +768,9 @@ impl Queue {
     }
 }
 
-/// See [`Queue::confirm`].
-pub(crate) async fn confirm(shared: &Shared, node: &str) -> Result<Instant> {
+/// One round trip that proves the session is alive and our node exists (sync, then exists,
+/// pipelined). Renews the lease clock.
+pub(crate) async fn confirm(shared: &Shared, node: &str) -> Result<()> {
     loop {
         let sent = Instant::now();
         let sync = shared.client.sync(node);
@@ -792,7 +787,7 @@ pub(crate) async fn confirm(shared: &Shared, node: &str) -> Result<Instant> {
             }
             Ok((_, Ok(Some(_)))) => {
                 shared.renewed(sent);
-                return Ok(sent + shared.session_timeout);
+                return Ok(());
             }
             Ok((_, Ok(None))) => {
                 return Err(Error::NodeDeleted {
