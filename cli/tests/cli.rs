@@ -2,6 +2,7 @@
 //! environment, lost lease, timeout, signals), `elect`, `status`/`leader` JSON,
 //! `ensemble up` and `demo`.
 
+#[path = "../../tests/common/mod.rs"]
 mod common;
 
 use std::process::Stdio;
