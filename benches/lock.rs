@@ -1763,6 +1763,7 @@ async fn queue_run(bench: &Bench, name: &str, waiters: usize) -> Result<QueueRun
             watches: after.watches - before.watches,
             wakeups: after.wakeups - before.wakeups,
             keepalives: after.keepalives - before.keepalives,
+            grant_confirms: after.grant_confirms - before.grant_confirms,
         },
         rss_before,
         rss_waiting,

@@ -5,14 +5,13 @@ use std::future::Future;
 use std::time::Duration;
 
 use tokio::sync::mpsc;
-use zookeeper_client as zk;
 
-use crate::error::{Error, Result};
-use crate::lock::{Claim, FencingToken, LeaseState, LossReason};
-use crate::node::{self, NodeFormat, OwnerInfo};
-use crate::queue::{self, Queue};
-use crate::session::Session;
-use crate::Lease;
+use crate::error::{Error, LossReason, Result};
+use crate::lease::{Claim, Lease, LeaseState};
+use crate::node::{self, Kind, OwnerInfo};
+use crate::queue::{self, Owner, Queue};
+use crate::session::{Session, Shared};
+use crate::token::FencingToken;
 
 /// A leader election under the directory `path`: several candidates campaign, exactly one
 /// leads at a time. Made by [`Session::election`].
@@ -182,38 +181,48 @@ pub trait LeaderTask: Send {
     async fn lead(&mut self, leadership: Leadership) -> Result<()>;
 }
 
-impl Election {
-    pub(crate) fn new(session: Session, path: &str) -> Election {
+impl Session {
+    /// A handle on the leader election under the directory `path`.
+    ///
+    /// ```no_run
+    /// # async fn f(session: zkfence::Session) -> zkfence::Result<()> {
+    /// let leadership = session.election("/election/scheduler").campaign("node-a").await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn election(&self, path: &str) -> Election {
         Election {
-            session,
+            session: self.clone(),
             path: path.to_string(),
         }
     }
+}
 
+impl Election {
     /// The election directory.
     pub fn path(&self) -> &str {
         &self.path
     }
 
     fn queue(&self, id: &str) -> Queue {
-        Queue::new(
-            self.session.clone(),
-            &self.path,
-            NodeFormat::Curator,
-            Some(id),
-        )
+        Queue::new(self.session.clone(), &self.path, Kind::Lock).with_owner(Owner::ThisProcess {
+            id: Some(id.to_string()),
+        })
     }
 
     /// Joins the election as candidate `id` and waits until it leads.
     ///
     /// # Cancel safety
-    /// Cancel safe: a dropped campaign leaves no node behind.
+    /// Cancel safe: a dropped campaign (also one under `tokio::time::timeout`) leaves no node
+    /// behind.
+    ///
+    /// # Notable errors
+    /// - [`Error::InvalidPath`], [`Error::NoAuth`] for bad input; nothing is left behind.
+    /// - [`Error::SessionExpired`], [`Error::SessionClosed`]: connect a new session.
+    /// - [`Error::NodeDeleted`] if someone deleted our node while we waited.
+    /// - [`Error::NoAnswer`] if the ensemble did not vouch for the session when elected.
     pub async fn campaign(&self, id: &str) -> Result<Leadership> {
-        let grant = self
-            .queue(id)
-            .join(queue::Admission::Exclusive, None)
-            .await?;
-        tracing::info!(election = %self.path, %id, token = grant.sequence, "elected leader");
+        let grant = self.queue(id).join(None).await?;
+        tracing::info!(election = %self.path, %id, token = grant.czxid, "elected leader");
         let lease = Lease::new(
             self.session.clone(),
             self.path.clone(),
@@ -226,10 +235,17 @@ impl Election {
         })
     }
 
-    /// The current leader, or `None` if nobody campaigns.
+    /// The current leader, or `None` if nobody campaigns. Reads only the head of the queue.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
+    ///
+    /// # Notable errors
+    /// - [`Error::InvalidPath`] for a bad path; [`Error::NoAuth`] if the ACL forbids reading.
+    /// - [`Error::SessionExpired`], [`Error::SessionClosed`].
     pub async fn leader(&self) -> Result<Option<LeaderInfo>> {
         node::validate_path(&self.path)?;
-        let contenders = queue::list_contenders(self.session.shared(), &self.path).await?;
+        let contenders = queue::list_contenders(self.session.shared(), &self.path, 1).await?;
         Ok(contenders.into_iter().next().map(|c| LeaderInfo {
             id: c.owner.id.clone(),
             node: c.node,
@@ -256,18 +272,11 @@ impl Election {
         let task = tokio::spawn(async move {
             let mut last: Option<Option<String>> = None;
             loop {
-                let watched = queue::retry_read(&shared, "watch", &path, || {
-                    shared.client.list_and_watch_children(&path)
-                });
-                let (head, watcher) = match watched.await {
-                    Ok((children, watcher)) => (
-                        node::queue_order(children).into_iter().next(),
-                        Some(watcher),
-                    ),
-                    Err(Error::ZooKeeper {
-                        source: zk::Error::NoNode,
-                        ..
-                    }) => (None, None),
+                let (head, watch) = match shared.list_watched(&path).await {
+                    Ok(Some((children, watch))) => {
+                        (node::queue_order(children).into_iter().next(), Some(watch))
+                    }
+                    Ok(None) => (None, None),
                     Err(err) => {
                         let _ = tx.send(Err(err));
                         return;
@@ -287,16 +296,10 @@ impl Election {
                         last = Some(head_name);
                     }
                 }
-                match watcher {
-                    Some(watcher) => {
-                        let event = watcher.changed().await;
-                        if event.event_type == zk::EventType::Session {
-                            // One-shot watches report only terminal session states.
-                            let _ = tx.send(Err(match event.session_state {
-                                zk::SessionState::Expired => Error::SessionExpired,
-                                zk::SessionState::AuthFailed => Error::AuthFailed,
-                                _ => Error::SessionClosed,
-                            }));
+                match watch {
+                    Some(watch) => {
+                        if let Err(err) = watch.changed().await {
+                            let _ = tx.send(Err(err));
                             return;
                         }
                     }
@@ -351,7 +354,7 @@ impl Election {
                     // Not the end of the session: our waiting node was deleted by someone, or
                     // the session went quiet at the grant. Queue again; a dead session then
                     // fails the next create. The pause keeps a persistent fault from spinning.
-                    Err(err @ (Error::NodeDeleted { .. } | Error::Unavailable { .. })) => {
+                    Err(err @ (Error::NodeDeleted { .. } | Error::NoAnswer { .. } | Error::LockDirectoryDeleted { .. })) => {
                         tracing::warn!(%id, %err, "campaign failed: queueing again");
                         tokio::time::sleep(Duration::from_millis(100)).await;
                         continue;
@@ -373,10 +376,11 @@ impl Election {
                 Ended::Lost(reason) => {
                     tracing::warn!(%id, %token, %reason, "leadership lost: leader task cancelled");
                     if reason.is_session_terminal() {
-                        return Err(match reason {
-                            LossReason::SessionExpired => Error::SessionExpired,
-                            _ => Error::SessionClosed,
-                        });
+                        return Err(self
+                            .session
+                            .shared()
+                            .session_ended()
+                            .unwrap_or(Error::SessionClosed));
                     }
                     // The node is gone, or the session deletes it once a server answers again.
                 }
@@ -412,15 +416,13 @@ impl Election {
     }
 }
 
-async fn read_leader(shared: &crate::session::Shared, dir: &str, name: &str) -> Option<LeaderInfo> {
+async fn read_leader(shared: &Shared, dir: &str, name: &str) -> Option<LeaderInfo> {
     let node = format!("{dir}/{name}");
-    let (data, stat) = queue::retry_read(shared, "read", &node, || shared.client.get_data(&node))
-        .await
-        .ok()?;
+    let (data, stat) = shared.data(&node).await.ok()??;
     let owner = OwnerInfo::decode(&data);
     Some(LeaderInfo {
         id: owner.id.clone(),
-        token: FencingToken::from_sequence(node::sequence_of(name)?),
+        token: FencingToken::from_zxid(stat.czxid),
         node,
         session_id: stat.ephemeral_owner,
         owner,

@@ -3,9 +3,8 @@
 //! Every variant says what happened and what the caller should do next: retry, rebuild the
 //! [`Session`](crate::Session), fix the input, or stop acting as the lock holder.
 
+use std::fmt;
 use std::time::Duration;
-
-use crate::lock::LossReason;
 
 /// Shorthand for `Result<T, zkfence::Error>`.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -46,12 +45,13 @@ pub enum Error {
         reason: String,
     },
 
-    /// No server of the ensemble answered within the connect timeout.
+    /// [`Session::connect`](crate::Session::connect) reached no server of the ensemble within
+    /// the connect timeout.
     #[error(
         "could not reach any ZooKeeper server of {connect:?} within {timeout:?} ({reason}); \
          check that the ensemble runs and that this host can reach it"
     )]
-    Unreachable {
+    ConnectFailed {
         /// The connect string.
         connect: String,
         /// The connect timeout that passed.
@@ -156,12 +156,13 @@ pub enum Error {
         path: String,
     },
 
-    /// The ensemble did not answer for longer than the session timeout.
+    /// An operation of a connected session got no answer from the ensemble within the session
+    /// timeout (the servers are down or cut off, or the session is expiring).
     #[error(
         "no ZooKeeper server answered for {waited:?} (the session timeout) during {operation} on {path}; \
          the session may be expiring: check connectivity and retry"
     )]
-    Unavailable {
+    NoAnswer {
         /// What was attempted.
         operation: &'static str,
         /// The node involved.
@@ -224,6 +225,53 @@ impl Error {
                 source,
             },
         }
+    }
+}
+
+/// Why a lease ended.
+///
+/// ```
+/// use zkfence::LossReason;
+/// let reason = LossReason::ClockLapsed;
+/// // Only a session that ended is useless; after the others, the same session may acquire again.
+/// assert!(!reason.is_session_terminal());
+/// println!("lost the lock: {reason}");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LossReason {
+    /// The server expired the session: its nodes are gone.
+    SessionExpired,
+    /// The session's lease clock lapsed: the leader has not vouched for the session in time,
+    /// so it may expire it any moment. Reported *before* it can; our node is deleted once the
+    /// ensemble answers again, if the session survived.
+    ClockLapsed,
+    /// Our node was deleted by someone else.
+    NodeDeleted,
+    /// The session was closed.
+    SessionClosed,
+    /// The lease was released by its holder.
+    Released,
+}
+
+impl LossReason {
+    /// True when the session itself ended.
+    pub fn is_session_terminal(self) -> bool {
+        matches!(self, LossReason::SessionExpired | LossReason::SessionClosed)
+    }
+}
+
+impl fmt::Display for LossReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            LossReason::SessionExpired => "the ZooKeeper session expired",
+            LossReason::ClockLapsed => {
+                "the lease clock lapsed: the ensemble did not vouch for the session in time"
+            }
+            LossReason::NodeDeleted => "the lock node was deleted by someone else",
+            LossReason::SessionClosed => "the ZooKeeper session was closed",
+            LossReason::Released => "released",
+        })
     }
 }
 

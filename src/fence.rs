@@ -2,7 +2,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::lock::FencingToken;
+use crate::token::FencingToken;
 
 /// What a protected resource embeds to refuse writes from stale lock holders.
 ///

@@ -65,23 +65,35 @@
 
 #![warn(missing_docs)]
 
-mod election;
+// The layers, bottom up; every `use` points down:
+// error, token, node → session (clock, ops) → queue → lease → lock, election, semaphore;
+// fence stands beside them (the resource's side).
 mod error;
-mod fence;
-mod lock;
 mod node;
-mod queue;
-mod semaphore;
+mod token;
+
 mod session;
 
+mod queue;
+
+mod lease;
+
+mod election;
+mod lock;
+mod semaphore;
+
+mod fence;
+
 pub use election::{Election, LeaderChanges, LeaderInfo, LeaderTask, Leadership};
-pub use error::{Error, Result};
+pub use error::{Error, LossReason, Result};
 pub use fence::{Fence, StaleToken};
-pub use lock::{FencedOp, FencingToken, Lease, LeaseState, Lock, LossReason};
+pub use lease::{Lease, LeaseState};
+pub use lock::Lock;
 pub use node::{NodeFormat, OwnerInfo};
 pub use queue::Contender;
 pub use semaphore::Semaphore;
-pub use session::{Session, SessionMetrics, SessionOptions, SessionState};
+pub use session::{FencedOp, Session, SessionMetrics, SessionOptions, SessionState};
+pub use token::FencingToken;
 
 /// Re-export of the underlying client crate, for [`Session::client`] and ACL types.
 pub use zookeeper_client;

@@ -7,9 +7,9 @@ use crate::error::{Error, Result};
 
 /// The layout of the queue nodes zkfence creates.
 ///
-/// Ordering never depends on the format: every child whose name ends in a ten-character
-/// sequence number is a contender, ordered by that number. So a queue may mix formats, and
-/// other clients that order by sequence see the same order we do.
+/// Ordering never depends on the format: every child whose name ends in a sequence number is a
+/// contender, ordered by that number. So a queue may mix formats, and other clients that order
+/// by sequence see the same order we do.
 ///
 /// ```no_run
 /// # async fn f(session: zkfence::Session) -> zkfence::Result<()> {
@@ -35,16 +35,25 @@ impl NodeFormat {
     /// Read/write locks use the names of each peer's own read/write lock (Curator's
     /// `InterProcessReadWriteLock`: `__READ__`/`__WRIT__`; Kazoo's `ReadLock`/`WriteLock`:
     /// `__rlock__`/`__lock__`), so they coordinate with those too.
-    pub(crate) fn prefix(self, uuid: &uuid::Uuid, role: Role) -> String {
-        match (self, role) {
-            (NodeFormat::Curator, Role::Lock) => format!("_c_{}-lock-", uuid.hyphenated()),
-            (NodeFormat::Curator, Role::Read) => format!("_c_{}-__READ__", uuid.hyphenated()),
-            (NodeFormat::Curator, Role::Write) => format!("_c_{}-__WRIT__", uuid.hyphenated()),
-            (NodeFormat::Kazoo, Role::Lock | Role::Write) => format!("{}__lock__", uuid.simple()),
-            (NodeFormat::Kazoo, Role::Read) => format!("{}__rlock__", uuid.simple()),
+    pub(crate) fn prefix(self, uuid: &uuid::Uuid, kind: Kind) -> String {
+        let tag = self.tag(kind);
+        match self {
+            NodeFormat::Curator => format!("_c_{}-{tag}", uuid.hyphenated()),
+            NodeFormat::Kazoo => format!("{}{tag}", uuid.simple()),
+        }
+    }
+
+    /// The part of a node name just before the sequence, naming what the node wants.
+    fn tag(self, kind: Kind) -> &'static str {
+        match (self, kind) {
+            (NodeFormat::Curator, Kind::Lock) => "lock-",
+            (NodeFormat::Curator, Kind::Read) => "__READ__",
+            (NodeFormat::Curator, Kind::Write) => "__WRIT__",
+            (NodeFormat::Kazoo, Kind::Lock | Kind::Write) => "__lock__",
+            (NodeFormat::Kazoo, Kind::Read) => "__rlock__",
             // Curator's InterProcessSemaphoreV2 lease name; Kazoo's semaphore has no queue.
-            (NodeFormat::Curator, Role::Lease) => format!("_c_{}-lease-", uuid.hyphenated()),
-            (NodeFormat::Kazoo, Role::Lease) => format!("{}__lease__", uuid.simple()),
+            (NodeFormat::Curator, Kind::Lease { .. }) => "lease-",
+            (NodeFormat::Kazoo, Kind::Lease { .. }) => "__lease__",
         }
     }
 
@@ -72,18 +81,32 @@ impl std::str::FromStr for NodeFormat {
     }
 }
 
-/// What a contender's node says it wants.
+/// What we enqueue as: it names our nodes, and the queue derives from it who may hold.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Role {
-    /// A plain lock (also an election candidate).
+pub(crate) enum Kind {
+    /// A plain lock (also an election candidate): exclusive.
     Lock,
-    /// A shared (read) hold.
+    /// A shared (read) hold: held with other readers, never with an exclusive contender.
     Read,
     /// An exclusive (write) hold.
     Write,
-    /// A semaphore lease.
-    Lease,
+    /// A semaphore lease: the first `permits` contenders hold.
+    Lease {
+        /// How many may hold at once.
+        permits: usize,
+    },
 }
+
+/// Every tag a zkfence, Curator or Kazoo contender's name carries before its sequence.
+const TAGS: [&str; 7] = [
+    "lock-",
+    "__READ__",
+    "__WRIT__",
+    "lease-",
+    "__lock__",
+    "__rlock__",
+    "__lease__",
+];
 
 /// True for a reader's node (ours, Curator's or Kazoo's); every other contender is exclusive.
 pub(crate) fn is_shared(name: &str) -> bool {
@@ -92,24 +115,49 @@ pub(crate) fn is_shared(name: &str) -> bool {
 
 /// The sequence number at the end of a contender's name, if it has one.
 ///
-/// ZooKeeper appends the parent's child counter as `%010d`: ten characters, with a leading
-/// `-` once the signed 32-bit counter has wrapped.
-pub(crate) fn sequence_of(name: &str) -> Option<i64> {
-    let tail = name.get(name.len().checked_sub(10)?..)?;
-    let digits = tail.strip_prefix('-').unwrap_or(tail);
-    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+/// ZooKeeper appends the parent's signed 32-bit child counter as `%010d`: ten digits, then,
+/// once the counter has wrapped past 2³¹ − 1, a sign and nine or ten digits
+/// (`-2147483648` is eleven characters). After a known tag (`lock-`, `__lock__`, …) the whole
+/// rest is the suffix, whatever its length. Without one, the last ten characters are read,
+/// so a foreign name past the wrap with ten digits after its sign is misread: a limit of
+/// names that do not say where their sequence starts.
+pub(crate) fn sequence_of(name: &str) -> Option<i32> {
+    let known = TAGS
+        .iter()
+        .filter_map(|tag| name.rfind(tag).map(|at| at + tag.len()))
+        .max();
+    let suffix = match known {
+        Some(start) => &name[start..],
+        None => name.get(name.len().checked_sub(10)?..)?,
+    };
+    let digits = suffix.strip_prefix('-').unwrap_or(suffix);
+    let width_ok = match suffix.starts_with('-') {
+        false => digits.len() == 10,
+        true => digits.len() == 9 || digits.len() == 10,
+    };
+    if !width_ok || !digits.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
-    tail.parse::<i32>().ok().map(i64::from)
+    suffix.parse::<i32>().ok()
 }
 
 /// Keeps the children that are contenders and sorts them into queue order.
-pub(crate) fn queue_order(children: Vec<String>) -> Vec<(i64, String)> {
-    let mut queue: Vec<(i64, String)> = children
+///
+/// Sequences are compared with serial-number arithmetic (RFC 1982): `b` is after `a` when
+/// `b - a`, wrapped to 32 bits, is positive. A live queue spans far fewer than 2³¹ creates,
+/// so this orders it right across the counter's wrap, where `2147483647` is followed by
+/// `-2147483648`.
+pub(crate) fn queue_order(children: Vec<String>) -> Vec<(i32, String)> {
+    let mut queue: Vec<(i32, String)> = children
         .into_iter()
         .filter_map(|name| sequence_of(&name).map(|seq| (seq, name)))
         .collect();
-    queue.sort();
+    let Some(reference) = queue.first().map(|(seq, _)| *seq) else {
+        return queue;
+    };
+    // Distance from one member, as a signed 32-bit offset: a total order on any set that
+    // spans less than 2³¹.
+    queue.sort_by_key(|(seq, _)| seq.wrapping_sub(reference));
     queue
 }
 
@@ -278,7 +326,20 @@ mod tests {
             Some(7)
         );
         assert_eq!(sequence_of("x-lock--000000005"), Some(-5));
-        assert_eq!(sequence_of("lock-2147483647"), Some(i32::MAX as i64));
+        assert_eq!(sequence_of("lock-2147483647"), Some(i32::MAX));
+        // Past the wrap: eleven characters after a known tag.
+        assert_eq!(sequence_of("_c_u-lock--2147483648"), Some(i32::MIN));
+        assert_eq!(sequence_of("_c_u-lock--2147483647"), Some(i32::MIN + 1));
+        assert_eq!(sequence_of("abc__lock__-2147483648"), Some(i32::MIN));
+        assert_eq!(
+            sequence_of("_c_u-__READ__-1000000000"),
+            Some(-1_000_000_000)
+        );
+        // A positive ten-digit sequence after Curator's "-lock-" is not a negative one.
+        assert_eq!(sequence_of("_c_u-lock-1000000000"), Some(1_000_000_000));
+        // Not what %010d writes.
+        assert_eq!(sequence_of("_c_u-lock-000000001"), None);
+        assert_eq!(sequence_of("_c_u-lock--21474836480"), None);
         assert_eq!(sequence_of("notes"), None);
         assert_eq!(sequence_of("000000001"), None);
         assert_eq!(sequence_of("abc-lock-00000000x1"), None);
@@ -292,9 +353,8 @@ mod tests {
             "junk".into(),
             "foreign-0000000002".into(),
         ]);
-        let names: Vec<_> = q.iter().map(|(_, n)| n.as_str()).collect();
         assert_eq!(
-            names,
+            names(&q),
             [
                 "_c_u-lock-0000000001",
                 "foreign-0000000002",
@@ -303,21 +363,62 @@ mod tests {
         );
     }
 
+    fn names(queue: &[(i32, String)]) -> Vec<&str> {
+        queue.iter().map(|(_, n)| n.as_str()).collect()
+    }
+
+    #[test]
+    fn queue_order_survives_the_wrap() {
+        // Contenders named as ZooKeeper names them just before and after the counter wraps,
+        // listed in no particular order.
+        let q = queue_order(vec![
+            "_c_d-lock--2147483647".into(),
+            "_c_b-lock-2147483647".into(),
+            "_c_c-lock--2147483648".into(),
+            "_c_a-lock-2147483646".into(),
+            "ef__lock__-2147483646".into(),
+        ]);
+        assert_eq!(
+            names(&q),
+            [
+                "_c_a-lock-2147483646",
+                "_c_b-lock-2147483647",
+                "_c_c-lock--2147483648",
+                "_c_d-lock--2147483647",
+                "ef__lock__-2147483646"
+            ]
+        );
+        // Far from the wrap, plain numeric order.
+        let q = queue_order(vec![
+            "_c_b-lock-0000000010".into(),
+            "_c_a-lock-0000000009".into(),
+        ]);
+        assert_eq!(names(&q), ["_c_a-lock-0000000009", "_c_b-lock-0000000010"]);
+    }
+
     #[test]
     fn formats_match_peers() {
         let u = uuid::Uuid::nil();
         assert_eq!(
-            NodeFormat::Curator.prefix(&u, Role::Lock),
+            NodeFormat::Curator.prefix(&u, Kind::Lock),
             "_c_00000000-0000-0000-0000-000000000000-lock-"
         );
         assert_eq!(
-            NodeFormat::Kazoo.prefix(&u, Role::Lock),
+            NodeFormat::Kazoo.prefix(&u, Kind::Lock),
             "00000000000000000000000000000000__lock__"
         );
-        for role in [Role::Lock, Role::Read, Role::Write, Role::Lease] {
+        for kind in [
+            Kind::Lock,
+            Kind::Read,
+            Kind::Write,
+            Kind::Lease { permits: 2 },
+        ] {
             for f in [NodeFormat::Curator, NodeFormat::Kazoo] {
-                assert!(f.prefix(&u, role).starts_with(&f.marker(&u)));
-                assert_eq!(is_shared(&f.prefix(&u, role)), role == Role::Read);
+                let prefix = f.prefix(&u, kind);
+                assert!(prefix.starts_with(&f.marker(&u)));
+                assert_eq!(is_shared(&prefix), kind == Kind::Read);
+                // Every name we write says where its sequence starts.
+                assert_eq!(sequence_of(&format!("{prefix}-2147483648")), Some(i32::MIN));
             }
         }
     }

@@ -5,9 +5,9 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::error::{Error, Result};
-use crate::lock::{Claim, Lease};
-use crate::node::{NodeFormat, Role};
-use crate::queue::{self, Admission, Contender, Queue};
+use crate::lease::{Claim, Lease};
+use crate::node::Kind;
+use crate::queue::{self, Contender, Queue};
 use crate::session::Session;
 
 /// Up to `permits` holders at once, first come first served. Made by
@@ -38,15 +38,25 @@ pub struct Semaphore {
     permits: usize,
 }
 
-impl Semaphore {
-    pub(crate) fn new(session: Session, path: &str, permits: usize) -> Semaphore {
+impl Session {
+    /// A counting semaphore under the directory `path`: up to `permits` holders at once
+    /// (Curator's `InterProcessSemaphoreV2` layout). Every contender must agree on `permits`.
+    ///
+    /// ```no_run
+    /// # async fn f(session: zkfence::Session) -> zkfence::Result<()> {
+    /// let permit = session.semaphore("/limits/exports", 4).acquire().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn semaphore(&self, path: &str, permits: usize) -> Semaphore {
         Semaphore {
-            session,
+            session: self.clone(),
             path: path.to_string(),
             permits: permits.max(1),
         }
     }
+}
 
+impl Semaphore {
     /// The semaphore directory.
     pub fn path(&self) -> &str {
         &self.path
@@ -58,14 +68,13 @@ impl Semaphore {
     }
 
     fn leases(&self) -> Queue {
-        let mut queue = Queue::new(
+        Queue::new(
             self.session.clone(),
             &self.leases_dir(),
-            NodeFormat::Curator,
-            None,
-        );
-        queue.role = Role::Lease;
-        queue
+            Kind::Lease {
+                permits: self.permits,
+            },
+        )
     }
 
     fn leases_dir(&self) -> String {
@@ -98,10 +107,7 @@ impl Semaphore {
                 .map_err(|e| self.timeout_for_semaphore(e))?,
         };
         // Our turn: we are the only one waiting for a permit.
-        let grant = self
-            .leases()
-            .join(Admission::Permits(self.permits), deadline)
-            .await;
+        let grant = self.leases().join(deadline).await;
         // Hand the turn on at once (the delete goes on in the background).
         drop(turn);
         let grant = grant.map_err(|e| self.timeout_for_semaphore(e))?;
@@ -121,10 +127,7 @@ impl Semaphore {
         let Some(turn) = mutex.try_acquire().await? else {
             return Ok(None);
         };
-        let grant = self
-            .leases()
-            .try_join(Admission::Permits(self.permits))
-            .await;
+        let grant = self.leases().try_join().await;
         drop(turn);
         Ok(grant?.map(|grant| {
             Lease::new(
@@ -139,9 +142,7 @@ impl Semaphore {
     /// The current holders of permits, oldest first (not the acquirer waiting for one).
     pub async fn holders(&self) -> Result<Vec<Contender>> {
         crate::node::validate_path(&self.path)?;
-        let mut leases = queue::list_contenders(self.session.shared(), &self.leases_dir()).await?;
-        leases.truncate(self.permits);
-        Ok(leases)
+        queue::list_contenders(self.session.shared(), &self.leases_dir(), self.permits).await
     }
 
     /// A timeout of the inner lock or leases queue, reported against the semaphore.

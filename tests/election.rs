@@ -236,7 +236,7 @@ async fn a_partitioned_leader_observes_lost_before_the_next_is_elected() {
             .expect("the next is elected")
             .unwrap();
 
-        assert_eq!(reason, LossReason::LeaseExpired);
+        assert_eq!(reason, LossReason::ClockLapsed);
         assert!(
             lost_at < elected_at,
             "trial {trial}: old leader heard lost {:?} after the cut, the new one was elected at {:?}",
@@ -246,7 +246,7 @@ async fn a_partitioned_leader_observes_lost_before_the_next_is_elected() {
         assert!(new_leadership.token() > old_leadership.token());
         assert_eq!(
             old_leadership.state(),
-            LeaseState::Lost(LossReason::LeaseExpired)
+            LeaseState::Lost(LossReason::ClockLapsed)
         );
         eprintln!(
             "trial {trial}: lost after {:?}, next elected after {:?} (margin {:?})",

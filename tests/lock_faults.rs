@@ -245,7 +245,7 @@ async fn a_partitioned_holder_knows_it_lost_before_the_waiter_is_granted() {
         let (granted_at, new_lease) = waiter.await.unwrap().unwrap();
         let (suspended, sampled_lost) = sampler.await.unwrap();
 
-        assert_eq!(reason, LossReason::LeaseExpired, "trial {trial}");
+        assert_eq!(reason, LossReason::ClockLapsed, "trial {trial}");
         assert!(
             lost_at < granted_at,
             "trial {trial}: lost at {lost_at:?} but the waiter was granted at {granted_at:?}"
@@ -254,8 +254,12 @@ async fn a_partitioned_holder_knows_it_lost_before_the_waiter_is_granted() {
             sampled_lost.unwrap() < granted_at,
             "trial {trial}: state() said Lost only after the grant"
         );
-        let suspended = suspended.expect("the lease went through Suspended");
-        assert!(suspended < lost_at);
+        // The client library reports the disconnection after about 0.4 T of silence; the
+        // lease clock may lapse first (it must, when the last keepalive was early), so the
+        // lease goes through Suspended only sometimes, and then before it is lost.
+        if let Some(suspended) = suspended {
+            assert!(suspended < lost_at, "trial {trial}");
+        }
         assert!(new_lease.token() > lease.token());
         eprintln!(
             "trial {trial}: suspended after blackhole, lost {:?} before the waiter's grant",
@@ -275,7 +279,7 @@ async fn session_expiry_while_holding() {
     let old_token = lease.token();
 
     proxy.blackhole();
-    assert_eq!(lease.lost().await, LossReason::LeaseExpired);
+    assert_eq!(lease.lost().await, LossReason::ClockLapsed);
     // The server expires the session and deletes the node.
     eventually(
         Duration::from_secs(10),
@@ -553,16 +557,10 @@ async fn a_waiter_whose_lease_clock_lapsed_confirms_before_it_is_granted() {
     let zk = shared_ensemble();
     let dir = unique_path("stale-grant");
     let proxy = zk.proxy().await.unwrap();
-    // A wide margin: the clock lapses ~2 s before the server could expire the session, so
-    // the session survives the outage and the waiter's node is still queued afterwards.
-    let waiter_session = zkfence::Session::connect(
-        &proxy.connect_string(),
-        zkfence::SessionOptions::new()
-            .session_timeout(LONG)
-            .lease_margin(Duration::from_millis(2500)),
-    )
-    .await
-    .unwrap();
+    // The clock lapses about 0.6 T after the last keepalive, well before the server could
+    // expire the session (about T after the outage began), so the session survives the
+    // outage and the waiter's node is still queued afterwards.
+    let waiter_session = connect(&proxy.connect_string(), LONG).await;
     let holder_session = connect(&zk.connect_string(), LONG).await;
     let holder = holder_session.lock(&dir).acquire().await.unwrap();
     let lock = waiter_session.lock(&dir);
@@ -600,5 +598,9 @@ async fn a_waiter_whose_lease_clock_lapsed_confirms_before_it_is_granted() {
         "the grant must come with a fresh lease clock"
     );
     assert_eq!(waiter_session.state(), SessionState::Connected);
+    assert!(
+        waiter_session.metrics().grant_confirms >= 1,
+        "the grant confirmed with the ensemble first"
+    );
     lease.release().await.unwrap();
 }

@@ -59,10 +59,10 @@ impl Failure {
 pub fn code_of(err: &Error) -> u8 {
     match err {
         Error::InvalidPath { .. } | Error::InvalidConnectString { .. } => USAGE,
-        Error::Unreachable { .. }
+        Error::ConnectFailed { .. }
         | Error::SessionExpired
         | Error::SessionClosed
-        | Error::Unavailable { .. }
+        | Error::NoAnswer { .. }
         | Error::ChrootMissing { .. } => UNAVAILABLE,
         Error::AuthFailed | Error::NoAuth { .. } => DENIED,
         Error::Timeout { .. } => TIMEOUT,

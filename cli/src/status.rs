@@ -157,7 +157,7 @@ mod tests {
                 ..OwnerInfo::default()
             },
             created_ms: 0,
-            czxid: 1,
+            sequence: seq as i32,
         }
     }
 

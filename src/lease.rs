@@ -1,0 +1,413 @@
+//! The one guard every recipe returns: [`Lease`], where it stands ([`LeaseState`]), and
+//! what watches it.
+
+use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::error::{Error, LossReason, Result};
+use crate::queue::Grant;
+use crate::session::{
+    FencedFailure, FencedOp, Holding, NodeEvent, NodeWatch, Session, SessionState, Shared,
+};
+use crate::token::FencingToken;
+
+/// Where a [`Lease`] stands.
+///
+/// ```no_run
+/// # async fn f(lease: zkfence::Lease) {
+/// use zkfence::LeaseState;
+/// match lease.state() {
+///     LeaseState::Held => { /* act, passing lease.token() along */ }
+///     LeaseState::Suspended => { /* act only if done before lease.valid_until() */ }
+///     LeaseState::Lost(reason) => eprintln!("stop: {reason}"),
+/// }
+/// # }
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LeaseState {
+    /// Held: the lease clock vouches for the session.
+    Held,
+    /// Disconnected from the ensemble but still inside [`Lease::valid_until`]. The lock is
+    /// still ours; act only if the work finishes before `valid_until` (or is fenced).
+    Suspended,
+    /// Final: stop acting as the holder.
+    Lost(LossReason),
+}
+
+/// Marks a [`Lock`](crate::Lock) handle busy while its lease lives; clears the mark when
+/// dropped.
+pub(crate) struct Claim {
+    busy: Option<Arc<AtomicBool>>,
+}
+
+impl Claim {
+    /// A claim that marks nothing, for recipes without a handle-level check.
+    pub(crate) fn none() -> Claim {
+        Claim { busy: None }
+    }
+
+    /// A claim on a handle's busy flag, already set.
+    pub(crate) fn of(busy: Arc<AtomicBool>) -> Claim {
+        Claim { busy: Some(busy) }
+    }
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        if let Some(busy) = &self.busy {
+            busy.store(false, Ordering::Release);
+        }
+    }
+}
+
+/// The guard of a held lock (also of a leadership and a semaphore permit).
+///
+/// Dropping it releases the lock in the background; [`release`](Self::release) does the same
+/// and waits for the ensemble to confirm. It keeps its [`Session`] alive, and may be moved to
+/// and released from any task.
+///
+/// Always check [`state`](Self::state) (or race your work against [`lost`](Self::lost))
+/// before an action the lock protects, and pass [`token`](Self::token) to the resource.
+///
+/// ```no_run
+/// # async fn f(session: zkfence::Session) -> zkfence::Result<()> {
+/// # async fn do_the_work(_: zkfence::FencingToken) {}
+/// let lease = session.lock("/locks/nightly-report").acquire().await?;
+/// tokio::select! {
+///     reason = lease.lost() => eprintln!("lost the lock mid-way ({reason}): abandoning"),
+///     _ = do_the_work(lease.token()) => lease.release().await?,
+/// }
+/// # Ok(()) }
+/// ```
+#[must_use = "if unused the lock is released at once"]
+#[clippy::has_significant_drop]
+pub struct Lease {
+    session: Session,
+    dir: String,
+    node: String,
+    sequence: i32,
+    token: FencingToken,
+    holding: Arc<Holding>,
+    holding_id: u64,
+    loss: watch::Receiver<Option<LossReason>>,
+    /// The watch on our node the grant set, until `watch_node` takes it over.
+    own_watch: Mutex<Option<NodeWatch>>,
+    watching: AtomicBool,
+    released: bool,
+    _claim: Claim,
+}
+
+impl fmt::Debug for Lease {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Lease")
+            .field("node", &self.node)
+            .field("token", &self.token)
+            .field("state", &self.state())
+            .finish()
+    }
+}
+
+impl Lease {
+    pub(crate) fn new(session: Session, dir: String, grant: Grant, claim: Claim) -> Lease {
+        let (holding, holding_id, loss) =
+            session.shared().register(grant.node.clone(), grant.epoch);
+        let lease = Lease {
+            session,
+            dir,
+            node: grant.node,
+            sequence: grant.sequence,
+            token: FencingToken::from_zxid(grant.czxid),
+            holding,
+            holding_id,
+            loss,
+            own_watch: Mutex::new(grant.own_watch),
+            watching: AtomicBool::new(false),
+            released: false,
+            _claim: claim,
+        };
+        // The clock may have lapsed between the grant and the registration.
+        lease.state();
+        lease
+    }
+
+    /// The fencing token of this grant: our node's creation zxid, larger than the token of
+    /// every earlier grant of this lock (see [`FencingToken`]).
+    pub fn token(&self) -> FencingToken {
+        self.token
+    }
+
+    /// Our node's sequence number, which orders the queue (not the token: it restarts with a
+    /// re-created directory and wraps after 2³¹ creates).
+    pub fn sequence(&self) -> i32 {
+        self.sequence
+    }
+
+    /// Full path of our queue node.
+    pub fn path(&self) -> &str {
+        &self.node
+    }
+
+    /// The lock directory.
+    pub fn lock_path(&self) -> &str {
+        &self.dir
+    }
+
+    /// The session the lease lives on.
+    pub fn session(&self) -> &Session {
+        &self.session
+    }
+
+    /// Where the lease stands now. Cheap: no request is sent.
+    ///
+    /// A deletion of our node by someone else is noticed once watched: a lease granted
+    /// after waiting watches from the grant on; one granted at once starts watching at the
+    /// first [`lost`](Self::lost), [`renew`](Self::renew) or
+    /// [`fenced_write`](Self::fenced_write).
+    pub fn state(&self) -> LeaseState {
+        lease_state(&self.session, &self.holding, &self.loss)
+    }
+
+    /// Until when the lease is vouched for, or `None` once it is lost.
+    pub fn valid_until(&self) -> Option<Instant> {
+        match self.state() {
+            LeaseState::Lost(_) => None,
+            _ => Some(self.session.shared().clock.now().valid_until),
+        }
+    }
+
+    /// Resolves when the lease is lost, with the reason.
+    ///
+    /// The first call also watches our node (one read), so a deletion by someone else is
+    /// noticed.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only observes; the watch on our node stays.
+    pub async fn lost(&self) -> LossReason {
+        self.loss_watch().lost().await
+    }
+
+    /// A detached observer of this lease's loss, for code that must watch the lease while
+    /// something else owns it.
+    pub(crate) fn loss_watch(&self) -> LossWatch {
+        self.watch_node();
+        LossWatch {
+            session: self.session.clone(),
+            holding: self.holding.clone(),
+            loss: self.loss.clone(),
+        }
+    }
+
+    /// Watches our node once, so a deletion by someone else ends the lease.
+    fn watch_node(&self) {
+        if self.watching.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let holding = Arc::downgrade(&self.holding);
+        let shared = self.session.shared().clone();
+        let node = self.node.clone();
+        let granted_watch = self.own_watch.lock().unwrap().take();
+        crate::session::spawn_detached(async move {
+            let deleted = match granted_watch {
+                Some(mut watch) => match watch.changed().await {
+                    Ok(NodeEvent::Deleted) => true,
+                    Ok(NodeEvent::Changed) => shared.wait_deleted(&node).await.is_ok(),
+                    Err(_) => false,
+                },
+                None => shared.wait_deleted(&node).await.is_ok(),
+            };
+            // A session that ended reports its own loss through the clock.
+            if deleted {
+                if let Some(holding) = holding.upgrade() {
+                    holding.lose(LossReason::NodeDeleted);
+                }
+            }
+        });
+    }
+
+    /// Confirms with the leader that we still hold the lock (one round trip: `sync`, then
+    /// `exists` on our node) and returns the new [`valid_until`](Self::valid_until).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads and syncs.
+    ///
+    /// # Notable errors
+    /// - [`Error::LockLost`] if the lease is already lost or our node is gone.
+    /// - [`Error::NoAnswer`] if the ensemble did not answer within the session timeout.
+    pub async fn renew(&self) -> Result<Instant> {
+        self.check_held()?;
+        self.watch_node();
+        match self.session.shared().confirm(&self.node).await {
+            Ok(()) => {}
+            Err(Error::NodeDeleted { .. }) => {
+                self.holding.lose(LossReason::NodeDeleted);
+            }
+            Err(err) => return Err(err),
+        }
+        self.check_held()?;
+        self.valid_until().ok_or_else(|| self.lost_error())
+    }
+
+    fn lost_error(&self) -> Error {
+        let reason = match self.state() {
+            LeaseState::Lost(reason) => reason,
+            _ => LossReason::ClockLapsed,
+        };
+        Error::LockLost {
+            path: self.dir.clone(),
+            reason,
+        }
+    }
+
+    fn check_held(&self) -> Result<()> {
+        match self.state() {
+            LeaseState::Lost(_) => Err(self.lost_error()),
+            _ => Ok(()),
+        }
+    }
+
+    /// Writes to ZooKeeper only if we still hold the lock: one multi-op that first checks our
+    /// node exists, so a stale holder's write is refused by the ensemble itself.
+    ///
+    /// # Cancel safety
+    /// Not cancel safe in the sense that matters: once sent, a dropped write may still have
+    /// been applied (all of it or none, as one transaction). Read back to know.
+    ///
+    /// # Notable errors
+    /// - [`Error::LockLost`] if the lease is lost or the check fails (nothing was written).
+    /// - [`Error::FencedWriteFailed`] if an operation failed (nothing was written).
+    /// - [`Error::InvalidPath`] if an operation's path is invalid (nothing was sent).
+    pub async fn fenced_write(&self, ops: &[FencedOp]) -> Result<()> {
+        self.check_held()?;
+        match self.session.shared().fenced_write(&self.node, ops).await {
+            Ok(()) => Ok(()),
+            Err(FencedFailure::NodeGone) => {
+                self.holding.lose(LossReason::NodeDeleted);
+                Err(self.lost_error())
+            }
+            Err(FencedFailure::Failed(err)) => Err(err),
+        }
+    }
+
+    /// Releases the lock and waits until the ensemble confirms our node is gone.
+    ///
+    /// Retries through connection loss and server failover, so once it returns `Ok` no
+    /// session keeps the node. If the session ends first the error says so — the lock is
+    /// free then too.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: if the future is dropped the delete goes on in the background.
+    ///
+    /// # Notable errors
+    /// - [`Error::SessionExpired`], [`Error::SessionClosed`]: the session ended, which
+    ///   removed the node.
+    pub async fn release(mut self) -> Result<()> {
+        if !self.mark_released() {
+            return Ok(());
+        }
+        // The delete is sent inline (no task hop on the hot path); if this future is dropped
+        // before the ensemble confirms, the guard hands the retries to a background task.
+        let mut guard = DeleteOnDrop {
+            shared: Some(self.session.shared().clone()),
+            node: self.node.clone(),
+        };
+        let result = self.session.shared().delete_until_gone(&self.node).await;
+        guard.shared = None;
+        result
+    }
+
+    /// Marks the lease released; returns false if it already was.
+    fn mark_released(&mut self) -> bool {
+        if std::mem::replace(&mut self.released, true) {
+            return false;
+        }
+        self.holding.lose(LossReason::Released);
+        self.session.shared().clock.unregister(self.holding_id);
+        tracing::info!(node = %self.node, token = %self.token, "released");
+        true
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        if self.mark_released() {
+            drop(DeleteOnDrop {
+                shared: Some(self.session.shared().clone()),
+                node: self.node.clone(),
+            });
+        }
+    }
+}
+
+/// Deletes `node` in the background when dropped while `shared` is set. Without a runtime
+/// the node disappears with the session.
+struct DeleteOnDrop {
+    shared: Option<Arc<Shared>>,
+    node: String,
+}
+
+impl Drop for DeleteOnDrop {
+    fn drop(&mut self) {
+        if let Some(shared) = self.shared.take() {
+            let node = std::mem::take(&mut self.node);
+            crate::session::spawn_detached(async move {
+                let _ = shared.delete_until_gone(&node).await;
+            });
+        }
+    }
+}
+
+fn lease_state(
+    session: &Session,
+    holding: &Holding,
+    loss: &watch::Receiver<Option<LossReason>>,
+) -> LeaseState {
+    if let Some(reason) = *loss.borrow() {
+        return LeaseState::Lost(reason);
+    }
+    let clock = session.shared().clock.now();
+    if !clock.holds(holding.epoch, Instant::now()) {
+        // Recording the loss here also starts the node's deletion (see `Holding::lose`).
+        let reason = clock.loss_reason();
+        holding.lose(reason);
+        return LeaseState::Lost(loss.borrow().unwrap_or(reason));
+    }
+    if clock.state == SessionState::Disconnected {
+        LeaseState::Suspended
+    } else {
+        LeaseState::Held
+    }
+}
+
+/// Observes a lease's loss without owning the lease.
+pub(crate) struct LossWatch {
+    session: Session,
+    holding: Arc<Holding>,
+    loss: watch::Receiver<Option<LossReason>>,
+}
+
+impl LossWatch {
+    pub(crate) fn state(&self) -> LeaseState {
+        lease_state(&self.session, &self.holding, &self.loss)
+    }
+
+    /// Resolves when the lease is lost. Cancel safe.
+    pub(crate) async fn lost(&self) -> LossReason {
+        let mut loss = self.loss.clone();
+        let mut clock = self.session.shared().clock.clock.subscribe();
+        loop {
+            if let LeaseState::Lost(reason) = self.state() {
+                return reason;
+            }
+            let valid_until = clock.borrow_and_update().valid_until;
+            tokio::select! {
+                _ = loss.changed() => {}
+                _ = clock.changed() => {}
+                _ = tokio::time::sleep_until(valid_until) => {}
+            }
+        }
+    }
+}

@@ -1,0 +1,703 @@
+//! The one mechanism: a fair queue of ephemeral sequential nodes under a lock directory.
+//!
+//! Every recipe is a view over this queue; they differ in what they enqueue as (a
+//! [`Kind`], which names the node and gives the [`Admission`] rule: the head only, every
+//! reader with no writer ahead, the first `n`) and in what their guard exposes.
+//!
+//! # Algorithm
+//!
+//! 1. **Enqueue** — create `{dir}/{prefix}` as ephemeral-sequential, where the prefix carries
+//!    a fresh uuid. The directory is created only when the create says `NoNode` (so the hot
+//!    path has one write). If the create's outcome is unknown (connection loss), list the
+//!    children and adopt a node carrying our uuid *and* owned by our session; otherwise create
+//!    again. A node of another session is never adopted.
+//! 2. **Position** — list the children, keep those ending in a sequence, sort them by it
+//!    (serial-number order, right across the counter's wrap). The admission rule says whether
+//!    we hold, or which one node to wait on.
+//! 3. **Wait on one node** — watch that node, and our own node in the same round trip. One
+//!    release wakes one waiter: no herd. When the watched node is deleted and it was the last
+//!    obstacle in our last listing, we hold without listing again (sequence numbers only grow,
+//!    so nothing can have appeared ahead of us) — unless our own node's watch fired first
+//!    (events arrive in zxid order): someone deleted our node, and nothing is held.
+//!    Otherwise list again.
+//! 4. **Leave** — delete our node by its full path. A cancelled wait (a dropped future) hands
+//!    the delete to a background task; if the create's outcome was unknown, the task finds the
+//!    node by uuid first.
+//!
+//! A grant is issued only while the session's lease clock vouches for the session; if it does
+//! not at that moment (the session went quiet while we waited), one round trip confirms our
+//! node with the leader first.
+
+mod admission;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tracing::Instrument;
+use zookeeper_client as zk;
+
+use crate::error::{Error, Result};
+use crate::node::{self, Kind, NodeFormat, OwnerInfo};
+use crate::session::{Counters, NodeEvent, NodeWatch, Session, Shared};
+use crate::token::FencingToken;
+
+pub(crate) use admission::Admission;
+use admission::Place;
+
+/// How long an acquire that failed or timed out waits for its own cleanup before handing it
+/// to the background: the error must come back within its deadline plus this, even when the
+/// ensemble does not answer (the session's expiry removes the node then).
+const CLEANUP_GRACE: Duration = Duration::from_millis(300);
+
+/// A queue under one directory, and what we enqueue in it as.
+#[derive(Clone)]
+pub(crate) struct Queue {
+    session: Session,
+    dir: String,
+    kind: Kind,
+    format: NodeFormat,
+    owner: Owner,
+    /// Fixed contender uuid, for tests that need a collision; normally a fresh one per join.
+    uuid: Option<uuid::Uuid>,
+}
+
+/// What our nodes carry as data.
+#[derive(Clone, Debug)]
+pub(crate) enum Owner {
+    /// [`OwnerInfo`] of this process, stamped at each enqueue.
+    ThisProcess { id: Option<String> },
+    /// Bytes given by the user (e.g. a Kazoo identifier).
+    Raw(Vec<u8>),
+}
+
+impl Owner {
+    fn data(&self) -> Vec<u8> {
+        match self {
+            Owner::ThisProcess { id } => OwnerInfo::for_this_process(id.as_deref()).encode(),
+            Owner::Raw(data) => data.clone(),
+        }
+    }
+}
+
+/// Our node, granted.
+pub(crate) struct Grant {
+    /// Full path of our node.
+    pub(crate) node: String,
+    pub(crate) sequence: i32,
+    pub(crate) czxid: i64,
+    /// The lease clock's epoch at the grant.
+    pub(crate) epoch: u64,
+    /// The watch on our own node that proved it existed at the grant, if the wait set one:
+    /// the guard keeps watching with it.
+    pub(crate) own_watch: Option<NodeWatch>,
+}
+
+/// What the last listing showed, for timeout errors.
+#[derive(Debug, Clone, Default)]
+struct Progress {
+    ahead: usize,
+    holder: Option<String>,
+}
+
+/// One contender in a queue, as [`Lock::contenders`](crate::Lock::contenders) reports it.
+///
+/// ```no_run
+/// # async fn f(session: zkfence::Session) -> zkfence::Result<()> {
+/// for (i, c) in session.lock("/locks/backup").contenders().await?.iter().enumerate() {
+///     let role = if i == 0 { "holds" } else { "waits" };
+///     println!("{role}: token {} by {} (session {:#x})", c.token, c.owner, c.session_id);
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Contender {
+    /// Full path of the contender's node.
+    pub node: String,
+    /// The fencing token it holds or will hold: its node's creation zxid.
+    pub token: FencingToken,
+    /// The node's sequence number, which orders the queue.
+    pub sequence: i32,
+    /// The ZooKeeper session that owns the node.
+    pub session_id: i64,
+    /// Owner metadata from the node's data.
+    pub owner: OwnerInfo,
+    /// When the node was created, in Unix milliseconds (server clock).
+    pub created_ms: i64,
+}
+
+/// Our node between create and grant. If dropped while armed (the acquire was cancelled),
+/// it removes the node in the background.
+struct Pending {
+    shared: Arc<Shared>,
+    dir: String,
+    marker: String,
+    /// Known once the create was answered (or our node found again).
+    node: Option<String>,
+    /// A create was sent, so a node may exist even if `node` is unknown.
+    sent: bool,
+    armed: bool,
+}
+
+impl Pending {
+    fn disarm(&mut self) {
+        self.armed = false;
+    }
+
+    /// Removes whatever node we may have; waits for that at most [`CLEANUP_GRACE`], then
+    /// leaves it to the background.
+    async fn cleanup(&mut self) {
+        if !std::mem::replace(&mut self.armed, false) {
+            return;
+        }
+        let task = tokio::spawn(cleanup(
+            self.shared.clone(),
+            self.dir.clone(),
+            self.marker.clone(),
+            self.node.take(),
+            self.sent,
+        ));
+        if tokio::time::timeout(CLEANUP_GRACE, task).await.is_err() {
+            tracing::debug!(dir = %self.dir, "no answer yet while leaving the queue: the delete goes on in the background");
+        }
+    }
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        if self.armed {
+            let (shared, dir, marker, node, sent) = (
+                self.shared.clone(),
+                self.dir.clone(),
+                self.marker.clone(),
+                self.node.take(),
+                self.sent,
+            );
+            crate::session::spawn_detached(cleanup(shared, dir, marker, node, sent));
+        }
+    }
+}
+
+async fn cleanup(
+    shared: Arc<Shared>,
+    dir: String,
+    marker: String,
+    node: Option<String>,
+    sent: bool,
+) {
+    let node = match node {
+        Some(node) => Some(node),
+        // The create may still have happened: requests on one connection are answered in
+        // order, so listing after it sees its result.
+        None if sent => match find_own(&shared, &dir, &marker).await {
+            Ok(Some(created)) => Some(created.path),
+            Ok(None) => {
+                // Unless the connection broke in between and the create commits late: look
+                // once more, later, in the background, so no orphan outlives this.
+                let (shared, dir, marker) = (shared.clone(), dir.clone(), marker.clone());
+                crate::session::spawn_detached(async move {
+                    tokio::time::sleep(shared.session_timeout / 2).await;
+                    if let Ok(Some(created)) = find_own(&shared, &dir, &marker).await {
+                        tracing::warn!(node = %created.path, "deleting a late-committed node of a cancelled acquire");
+                        let _ = shared.delete_until_gone(&created.path).await;
+                    }
+                });
+                None
+            }
+            Err(_) => None,
+        },
+        None => None,
+    };
+    if let Some(node) = node {
+        match shared.delete_until_gone(&node).await {
+            Ok(()) => tracing::debug!(%node, "left the queue"),
+            Err(err) => {
+                tracing::warn!(%node, %err, "could not delete our node; it disappears with the session")
+            }
+        }
+    }
+}
+
+/// Finds our node after a create whose outcome is unknown: a child carrying our marker and
+/// owned by our session.
+async fn find_own(
+    shared: &Shared,
+    dir: &str,
+    marker: &str,
+) -> Result<Option<crate::session::Created>> {
+    let Some(children) = shared.list(dir).await? else {
+        return Ok(None);
+    };
+    let my_session = shared.client.session_id().0;
+    for name in children.into_iter().filter(|c| c.starts_with(marker)) {
+        let Some(sequence) = node::sequence_of(&name) else {
+            continue;
+        };
+        let path = format!("{dir}/{name}");
+        if let Some(stat) = shared.stat(&path).await? {
+            if stat.ephemeral_owner == my_session {
+                return Ok(Some(crate::session::Created {
+                    path,
+                    sequence,
+                    czxid: stat.czxid,
+                }));
+            }
+            tracing::warn!(node = %path, owner = stat.ephemeral_owner, "ignoring a node with our uuid owned by another session");
+        }
+    }
+    Ok(None)
+}
+
+impl Queue {
+    /// A queue under `dir` that we join as `kind`, with Curator's node names and this
+    /// process's owner data.
+    pub(crate) fn new(session: Session, dir: &str, kind: Kind) -> Queue {
+        Queue {
+            session,
+            dir: dir.to_string(),
+            kind,
+            format: NodeFormat::default(),
+            owner: Owner::ThisProcess { id: None },
+            uuid: None,
+        }
+    }
+
+    pub(crate) fn with_format(mut self, format: NodeFormat) -> Queue {
+        self.format = format;
+        self
+    }
+
+    pub(crate) fn with_owner(mut self, owner: Owner) -> Queue {
+        self.owner = owner;
+        self
+    }
+
+    pub(crate) fn with_uuid(mut self, uuid: uuid::Uuid) -> Queue {
+        self.uuid = Some(uuid);
+        self
+    }
+
+    pub(crate) fn dir(&self) -> &str {
+        &self.dir
+    }
+
+    pub(crate) fn format(&self) -> NodeFormat {
+        self.format
+    }
+
+    pub(crate) fn session(&self) -> &Session {
+        &self.session
+    }
+
+    fn shared(&self) -> &Arc<Shared> {
+        self.session.shared()
+    }
+
+    fn admission(&self) -> Admission {
+        Admission::of(self.kind)
+    }
+
+    fn pending(&self, uuid: &uuid::Uuid) -> Pending {
+        Pending {
+            shared: self.shared().clone(),
+            dir: self.dir.clone(),
+            marker: self.format.marker(uuid),
+            node: None,
+            sent: false,
+            armed: true,
+        }
+    }
+
+    /// Joins the queue and waits until the admission rule lets us hold.
+    ///
+    /// Cancel safe: dropping the future removes our node in the background. On an error or
+    /// when `deadline` passes, the node is removed before this returns (or, if the ensemble
+    /// does not answer within a short grace, in the background).
+    pub(crate) async fn join(&self, deadline: Option<Instant>) -> Result<Grant> {
+        node::validate_path(&self.dir)?;
+        let uuid = self.uuid.unwrap_or_else(uuid::Uuid::new_v4);
+        let mut pending = self.pending(&uuid);
+        let mut progress = Progress::default();
+        let started = Instant::now();
+        let span =
+            tracing::info_span!("zkfence.acquire", dir = %self.dir, node = tracing::field::Empty);
+        let wait = self
+            .enqueue_and_wait(&uuid, &mut pending, &mut progress)
+            .instrument(span);
+        let timed = match deadline {
+            None => Ok(wait.await),
+            Some(deadline) => tokio::time::timeout_at(deadline, wait).await,
+        };
+        let result = match timed {
+            Ok(result) => result,
+            Err(_) => Err(Error::Timeout {
+                path: self.dir.clone(),
+                waited: started.elapsed(),
+                ahead: progress.ahead,
+                holder: self.describe(progress.holder.as_deref()).await,
+            }),
+        };
+        match result {
+            Ok(grant) => {
+                pending.disarm();
+                Ok(grant)
+            }
+            Err(err) => {
+                pending.cleanup().await;
+                Err(err)
+            }
+        }
+    }
+
+    /// `name (owner)` of a contender, for error messages; one read, only on the error path,
+    /// and bounded so a silent ensemble does not delay the error.
+    async fn describe(&self, name: Option<&str>) -> Option<String> {
+        let name = name?;
+        let path = format!("{}/{name}", self.dir);
+        match tokio::time::timeout(CLEANUP_GRACE, self.shared().data(&path)).await {
+            Ok(Ok(Some((data, _)))) => Some(format!("{name} ({})", OwnerInfo::decode(&data))),
+            _ => Some(name.to_string()),
+        }
+    }
+
+    /// Joins without waiting: `Ok(None)` if the admission rule would make us wait.
+    pub(crate) async fn try_join(&self) -> Result<Option<Grant>> {
+        node::validate_path(&self.dir)?;
+        // A read first: when the lock is taken we answer without writing anything.
+        if let Some(children) = self.shared().list(&self.dir).await? {
+            if self.admission().blocked_by(&children) {
+                return Ok(None);
+            }
+        }
+        let uuid = self.uuid.unwrap_or_else(uuid::Uuid::new_v4);
+        let mut pending = self.pending(&uuid);
+        let result = async {
+            let created = self.enqueue(&uuid, &mut pending).await?;
+            let mut progress = Progress::default();
+            let (place, ..) = self
+                .position(&created.path, &pending.marker, &mut progress, false)
+                .await?;
+            match place {
+                Place::Holds => self.grant(created, None).await.map(Some),
+                Place::Waits { .. } | Place::WaitsForAnyChange => Ok(None),
+            }
+        }
+        .await;
+        match result {
+            Ok(Some(grant)) => {
+                pending.disarm();
+                Ok(Some(grant))
+            }
+            other => {
+                pending.cleanup().await;
+                other
+            }
+        }
+    }
+
+    async fn enqueue_and_wait(
+        &self,
+        uuid: &uuid::Uuid,
+        pending: &mut Pending,
+        progress: &mut Progress,
+    ) -> Result<Grant> {
+        let created = self.enqueue(uuid, pending).await?;
+        tracing::Span::current().record("node", created.path.as_str());
+        let marker = pending.marker.clone();
+        self.wait(created, &marker, progress).await
+    }
+
+    /// Step 1: the protected create.
+    async fn enqueue(
+        &self,
+        uuid: &uuid::Uuid,
+        pending: &mut Pending,
+    ) -> Result<crate::session::Created> {
+        let shared = self.shared();
+        let prefix = format!("{}/{}", self.dir, self.format.prefix(uuid, self.kind));
+        let data = self.owner.data();
+        loop {
+            pending.sent = true;
+            match shared.create_queue_node(&prefix, &data).await {
+                Ok(created) => {
+                    pending.node = Some(created.path.clone());
+                    tracing::info!(node = %created.path, token = created.czxid, sequence = created.sequence, "enqueued");
+                    return Ok(created);
+                }
+                Err(zk::Error::NoNode) => {
+                    pending.sent = false;
+                    shared.make_dirs(&self.dir).await?;
+                }
+                Err(e) if crate::session::outcome_unknown(&e) => {
+                    if let Some(created) = find_own(shared, &self.dir, &pending.marker).await? {
+                        tracing::info!(node = %created.path, token = created.czxid, "enqueued (found our node after a lost answer)");
+                        pending.node = Some(created.path.clone());
+                        return Ok(created);
+                    }
+                    tracing::debug!(dir = %self.dir, "create outcome unknown and no node of ours found: creating again");
+                }
+                Err(zk::Error::NoChildrenForEphemerals) => {
+                    pending.sent = false;
+                    return Err(Error::InvalidPath {
+                        path: self.dir.clone(),
+                        reason: "it is an ephemeral node, which cannot have children",
+                    });
+                }
+                Err(e) => {
+                    // A definite error: the server created nothing.
+                    pending.sent = false;
+                    return Err(Error::zk("create", &prefix, e));
+                }
+            }
+        }
+    }
+
+    /// Step 2: where we stand. Returns the place, our index, the queue, and (with
+    /// `watch_children`) a watch on the directory's children.
+    ///
+    /// Every create retry of one join carries the same uuid (`marker`), so another child with
+    /// our marker owned by our session is a create whose answer was lost and which committed
+    /// after we had looked for it: an orphan of ours, which would sit ahead of us forever.
+    /// It is deleted here, at no cost on the normal path (the listing is needed anyway).
+    async fn position(
+        &self,
+        node: &str,
+        marker: &str,
+        progress: &mut Progress,
+        watch_children: bool,
+    ) -> Result<(
+        Place,
+        usize,
+        Vec<(i32, String)>,
+        Option<crate::session::ChildrenWatch>,
+    )> {
+        let shared = self.shared();
+        loop {
+            let listed = if watch_children {
+                shared
+                    .list_watched(&self.dir)
+                    .await?
+                    .map(|(children, watch)| (children, Some(watch)))
+            } else {
+                shared.list(&self.dir).await?.map(|c| (c, None))
+            };
+            let Some((children, children_watch)) = listed else {
+                return Err(match shared.session_ended() {
+                    Some(err) => err,
+                    // An expired session's node is gone, but the directory is not.
+                    None => Error::LockDirectoryDeleted {
+                        path: self.dir.clone(),
+                    },
+                });
+            };
+            let queue = node::queue_order(children);
+            let name = &node[self.dir.len() + 1..];
+            let Some(index) = queue.iter().position(|(_, n)| n == name) else {
+                return Err(self.vanished(node));
+            };
+            if self.delete_own_orphans(&queue, name, marker).await? {
+                continue;
+            }
+            progress.ahead = index;
+            progress.holder = queue.first().map(|(_, n)| n.clone());
+            let place = self.admission().place(&queue, index);
+            return Ok((place, index, queue, children_watch));
+        }
+    }
+
+    /// Deletes children carrying our marker, other than `ours`, that our session owns.
+    /// Returns true if it deleted any.
+    async fn delete_own_orphans(
+        &self,
+        queue: &[(i32, String)],
+        ours: &str,
+        marker: &str,
+    ) -> Result<bool> {
+        let shared = self.shared();
+        let mut deleted = false;
+        for (_, name) in queue
+            .iter()
+            .filter(|(_, n)| n != ours && n.starts_with(marker))
+        {
+            let path = format!("{}/{name}", self.dir);
+            let stat = shared.stat(&path).await?;
+            if stat.is_some_and(|s| s.ephemeral_owner == shared.client.session_id().0) {
+                tracing::warn!(node = %path, "deleting a duplicate node of ours left by a create whose answer was lost");
+                shared.delete_until_gone(&path).await?;
+                deleted = true;
+            }
+        }
+        Ok(deleted)
+    }
+
+    /// Our node is gone: the session ended, or someone deleted it.
+    fn vanished(&self, node: &str) -> Error {
+        self.shared()
+            .session_ended()
+            .unwrap_or_else(|| Error::NodeDeleted {
+                node: node.to_string(),
+            })
+    }
+
+    /// Steps 2 and 3 until we hold.
+    async fn wait(
+        &self,
+        created: crate::session::Created,
+        marker: &str,
+        progress: &mut Progress,
+    ) -> Result<Grant> {
+        let shared = self.shared();
+        let node = created.path.clone();
+        let permits = matches!(self.admission(), Admission::Permits(_));
+        loop {
+            let (place, index, queue, children_watch) =
+                self.position(&node, marker, progress, permits).await?;
+            let (watched, holds_when_gone) = match place {
+                Place::Holds => return self.grant(created, None).await,
+                Place::WaitsForAnyChange => {
+                    tracing::info!(
+                        position = index,
+                        ahead = index,
+                        "queued: waiting for a permit"
+                    );
+                    Counters::bump(&shared.counters.watches);
+                    let watch = children_watch.expect("listed with a watch");
+                    watch.changed().await?;
+                    Counters::bump(&shared.counters.wakeups);
+                    continue;
+                }
+                Place::Waits {
+                    watched,
+                    holds_when_gone,
+                } => (watched, holds_when_gone),
+            };
+            let predecessor = format!("{}/{}", self.dir, queue[watched].1);
+            tracing::info!(position = index, ahead = index, holder = ?progress.holder, "queued");
+            // Our own node is watched in the same round trip: its deletion is seen before the
+            // predecessor's (events arrive in zxid order), so a deleted waiter is never granted.
+            let (predecessor_watch, own_watch) = shared.watch_pair(&predecessor, &node).await?;
+            let Some(mut own_watch) = own_watch else {
+                return Err(self.vanished(&node));
+            };
+            let Some(mut predecessor_watch) = predecessor_watch else {
+                continue; // already gone: look again
+            };
+            tracing::info!(%predecessor, "waiting on predecessor");
+            let predecessor_event = tokio::select! {
+                biased;
+                own = own_watch.changed() => match own? {
+                    NodeEvent::Deleted => return Err(self.vanished(&node)),
+                    // Someone wrote our node's data: it exists; look again.
+                    NodeEvent::Changed => continue,
+                },
+                event = predecessor_watch.changed() => event?,
+            };
+            Counters::bump(&shared.counters.wakeups);
+            if predecessor_event == NodeEvent::Deleted && holds_when_gone {
+                match own_watch.arrived() {
+                    Some(Ok(NodeEvent::Deleted)) => return Err(self.vanished(&node)),
+                    Some(Err(err)) => return Err(err),
+                    Some(Ok(NodeEvent::Changed)) => continue,
+                    // The one we watched was the last thing between us and holding in our
+                    // last listing, nothing smaller than our sequence can appear since, and
+                    // our node outlived it: we hold without listing again.
+                    None => return self.grant(created, Some(own_watch)).await,
+                }
+            }
+            // Deleted deeper in the queue, or changed: look again.
+        }
+    }
+
+    /// Issues the grant if the lease clock vouches for the session now. Otherwise (the
+    /// session went quiet while we waited, so the notification may be stale) it confirms our
+    /// node with the leader, and waits until the clock vouches again: after an outage that is
+    /// once a proof has covered a touch made after it (about a quarter of the timeout), so
+    /// a waiter whose session went quiet is never told it holds on the strength of what it
+    /// heard before. Gives up after the session timeout.
+    async fn grant(
+        &self,
+        created: crate::session::Created,
+        own_watch: Option<NodeWatch>,
+    ) -> Result<Grant> {
+        let shared = self.shared();
+        let node = created.path;
+        let mut clock_changes = shared.clock.clock.subscribe();
+        let mut clock = *clock_changes.borrow_and_update();
+        if !clock.holds(clock.epoch, Instant::now()) {
+            tracing::info!(%node, "lease clock not current at grant: confirming with the ensemble");
+            Counters::bump(&shared.counters.grant_confirms);
+            let deadline = Instant::now() + shared.session_timeout;
+            loop {
+                shared.confirm(&node).await?;
+                clock = *clock_changes.borrow_and_update();
+                if clock.holds(clock.epoch, Instant::now()) {
+                    break;
+                }
+                if let Some(err) = shared.session_ended() {
+                    return Err(err);
+                }
+                // A keepalive's answer will move the clock; then confirm again, so the node
+                // is known to exist under the renewed clock.
+                if tokio::time::timeout_at(deadline, clock_changes.changed())
+                    .await
+                    .is_err()
+                {
+                    return Err(Error::NoAnswer {
+                        operation: "confirm grant",
+                        path: node,
+                        waited: shared.session_timeout,
+                    });
+                }
+            }
+        }
+        tracing::info!(%node, token = created.czxid, sequence = created.sequence, "granted");
+        Ok(Grant {
+            node,
+            sequence: created.sequence,
+            czxid: created.czxid,
+            epoch: clock.epoch,
+            own_watch,
+        })
+    }
+
+    /// Lists the contenders, holder first, with their owner data (bounded multi-reads).
+    pub(crate) async fn contenders(&self) -> Result<Vec<Contender>> {
+        node::validate_path(&self.dir)?;
+        list_contenders(self.shared(), &self.dir, usize::MAX).await
+    }
+}
+
+/// The first `limit` contenders under `dir`, holder first, with their owner data. A
+/// contender that left between the listing and the read is skipped.
+pub(crate) async fn list_contenders(
+    shared: &Shared,
+    dir: &str,
+    limit: usize,
+) -> Result<Vec<Contender>> {
+    let Some(children) = shared.list(dir).await? else {
+        return Ok(vec![]);
+    };
+    let mut queue = node::queue_order(children);
+    queue.truncate(limit);
+    let paths: Vec<String> = queue
+        .iter()
+        .map(|(_, name)| format!("{dir}/{name}"))
+        .collect();
+    let read = shared.data_many(&paths).await?;
+    Ok(queue
+        .into_iter()
+        .zip(paths)
+        .zip(read)
+        .filter_map(|(((sequence, _), node), read)| {
+            let (data, stat) = read?;
+            Some(Contender {
+                node,
+                token: FencingToken::from_zxid(stat.czxid),
+                sequence,
+                session_id: stat.ephemeral_owner,
+                owner: OwnerInfo::decode(&data),
+                created_ms: stat.ctime,
+            })
+        })
+        .collect())
+}

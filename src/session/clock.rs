@@ -1,0 +1,535 @@
+//! The lease clock: until when the ensemble cannot have expired our session, the registry of
+//! the leases that live on it, and the keeper task that renews it.
+//!
+//! # The rule
+//!
+//! Only the ZooKeeper **leader** expires sessions, at (the time it last processed a touch of
+//! the session) + `T`, rounded up to its next tick. A request touches the session on the
+//! server that receives it; a follower reports the sessions its clients touched to the leader
+//! in its replies to the leader's pings (every `tickTime/2`), on the same connection on which
+//! it forwards syncs and writes. A follower cut off from the leader goes on answering reads.
+//! So:
+//!
+//! - every request that gets an answer is a **touch** at its send time `t` (the server got it
+//!   after `t`);
+//! - an answered `sync` or write sent at `s` is a **proof**: it went through the leader after
+//!   everything the connected server had sent the leader before, in particular the ping
+//!   replies that reported the touches made at least `tickTime/2` before `s`. ZooKeeper
+//!   clamps `T` to at least `2 × tickTime`, so `T/4` bounds `tickTime/2`: the *report lag* is
+//!   `T/4 + slack`;
+//! - reads are touches, never proofs: a cut-off follower answers them.
+//!
+//! ```text
+//! valid_until = t* + T - slack,   t* = the latest touch sent at or before s* - report lag,
+//!                                 s* = the send time of the latest answered proof
+//! ```
+//!
+//! The connect request counts as a proven touch at its send time (the leader creates the
+//! session). A touch on a connection to another server before a reconnect is safe to use: the
+//! reconnect revalidates the session at the leader later still. `slack` (the `lease_margin`
+//! option, `T/20` by default) covers timer jitter and the leader's ping period running late.
+//!
+//! The keeper sends a keepalive `sync` every `T/6` whatever the reads (a busy session's writes
+//! stand in for it), so without other traffic `t*` is the keepalive before last and a holder
+//! is told `Lost` about `0.6 T` after its last answered keepalive was sent; the leader cannot
+//! expire the session before about `0.8 T` after it.
+//!
+//! When `valid_until` passes without a renewal the clock **lapses**: every lease granted
+//! before is lost, and their nodes are deleted as soon as the ensemble answers again (the
+//! session may have survived). A later renewal starts a new *epoch*; leases of an older epoch
+//! stay lost, whatever late answer arrives.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::error::LossReason;
+
+use super::{SessionState, Shared};
+
+/// What an answered request proves, as the lease clock counts it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Answer {
+    /// A read (getChildren, exists, getData): a touch only.
+    Read,
+    /// A `sync` or a write (create, delete, multi), also one the server refused: it went
+    /// through the leader, so it is a touch and a proof.
+    Leader,
+}
+
+/// A snapshot of the lease clock.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Clock {
+    /// Until when the server cannot have expired the session.
+    pub(crate) valid_until: Instant,
+    /// Incremented whenever the clock is renewed after it lapsed: a lease granted in an older
+    /// epoch has lost.
+    pub(crate) epoch: u64,
+    /// `valid_until` passed without a renewal.
+    pub(crate) lapsed: bool,
+    pub(crate) state: SessionState,
+}
+
+impl Clock {
+    /// True if a lease granted in `epoch` may still be held at `now`.
+    pub(crate) fn holds(&self, epoch: u64, now: Instant) -> bool {
+        !self.state.is_terminal() && !self.lapsed && self.epoch == epoch && now < self.valid_until
+    }
+
+    pub(crate) fn loss_reason(&self) -> LossReason {
+        match self.state {
+            SessionState::Expired => LossReason::SessionExpired,
+            SessionState::Closed | SessionState::AuthFailed => LossReason::SessionClosed,
+            _ => LossReason::ClockLapsed,
+        }
+    }
+
+    /// Moves `valid_until` forward to `until`; after a lapse only if `until` is still ahead
+    /// of `now`, and then in a new epoch. Returns true if it changed.
+    pub(crate) fn extend(&mut self, until: Instant, now: Instant) -> bool {
+        if self.state.is_terminal() {
+            return false;
+        }
+        if self.lapsed {
+            if until <= now {
+                return false;
+            }
+            self.lapsed = false;
+            self.epoch += 1;
+            self.valid_until = until;
+            return true;
+        }
+        if until <= self.valid_until {
+            return false;
+        }
+        self.valid_until = until;
+        true
+    }
+
+    /// Marks the clock lapsed if `valid_until` has passed. Returns true if it changed.
+    pub(crate) fn lapse_if_due(&mut self, now: Instant) -> bool {
+        if !self.lapsed && now >= self.valid_until {
+            self.lapsed = true;
+            return true;
+        }
+        false
+    }
+}
+
+/// The touches and proofs seen so far, and what they vouch for: the rule of the module docs,
+/// free of I/O so it can be tested alone.
+#[derive(Debug)]
+pub(crate) struct Evidence {
+    timeout: Duration,
+    report_lag: Duration,
+    slack: Duration,
+    /// Send times of answered requests not yet known to be reported, ascending; the first is
+    /// the latest proven touch.
+    touches: VecDeque<Instant>,
+    latest_proof: Option<Instant>,
+}
+
+impl Evidence {
+    /// Evidence for a session of timeout `timeout` whose connect request was sent at
+    /// `connect_sent` (a proven touch).
+    pub(crate) fn new(timeout: Duration, slack: Duration, connect_sent: Instant) -> Evidence {
+        Evidence {
+            timeout,
+            report_lag: timeout / 4 + slack,
+            slack,
+            touches: VecDeque::from([connect_sent]),
+            latest_proof: None,
+        }
+    }
+
+    /// Until when the connect request alone vouches.
+    pub(crate) fn initial_valid_until(&self) -> Instant {
+        self.touches[0] + self.timeout.saturating_sub(self.slack)
+    }
+
+    /// Records an answered request sent at `sent`; returns the `valid_until` the evidence
+    /// now supports, if a proof moved it.
+    pub(crate) fn answered(&mut self, answer: Answer, sent: Instant) -> Option<Instant> {
+        self.record_touch(sent);
+        if answer == Answer::Read {
+            return None;
+        }
+        if self.latest_proof.is_some_and(|p| p >= sent) {
+            return None;
+        }
+        self.latest_proof = Some(sent);
+        let reported_by = sent.checked_sub(self.report_lag)?;
+        // The latest touch at or before `reported_by`; older ones can never matter again.
+        let newer = self.touches.partition_point(|t| *t <= reported_by);
+        if newer == 0 {
+            return None;
+        }
+        self.touches.drain(..newer - 1);
+        Some(self.touches[0] + self.timeout.saturating_sub(self.slack))
+    }
+
+    fn record_touch(&mut self, sent: Instant) {
+        // Answers mostly arrive in send order; a touch within a millisecond after the newest
+        // adds nothing worth its memory on a busy session (dropping it only under-counts).
+        match self.touches.back() {
+            Some(last) if sent >= *last && sent <= *last + Duration::from_millis(1) => {}
+            Some(last) if sent < *last => {
+                let at = self.touches.partition_point(|t| *t <= sent);
+                self.touches.insert(at, sent);
+            }
+            _ => self.touches.push_back(sent),
+        }
+    }
+}
+
+/// A lease registered with the session, so the clock can end it.
+pub(crate) struct Holding {
+    pub(crate) node: String,
+    pub(crate) epoch: u64,
+    pub(crate) loss: watch::Sender<Option<LossReason>>,
+    shared: Weak<Shared>,
+}
+
+impl Holding {
+    /// Records the loss if none was recorded; returns true the first time.
+    ///
+    /// Whoever records a loss that leaves the session alive (the clock lapsed) also starts
+    /// the deletion of the node: the holder was told it is gone, so the node must not keep
+    /// blocking the queue once the ensemble answers again.
+    pub(crate) fn lose(&self, reason: LossReason) -> bool {
+        let first = self.loss.send_if_modified(|cur| {
+            if cur.is_none() {
+                *cur = Some(reason);
+                true
+            } else {
+                false
+            }
+        });
+        if first && reason != LossReason::Released {
+            tracing::warn!(node = %self.node, %reason, "lease lost");
+        }
+        if first && reason == LossReason::ClockLapsed {
+            if let Some(shared) = self.shared.upgrade() {
+                let node = self.node.clone();
+                super::spawn_detached(async move {
+                    let _ = shared.delete_until_gone(&node).await;
+                });
+            }
+        }
+        first
+    }
+}
+
+/// The clock, its evidence, and the leases it vouches for.
+pub(crate) struct LeaseClock {
+    pub(crate) clock: watch::Sender<Clock>,
+    evidence: Mutex<Evidence>,
+    /// Send time of the latest proof, for the keeper's schedule.
+    last_proof_sent: Mutex<Instant>,
+    pub(crate) keepalive_interval: Duration,
+    holdings: Mutex<HashMap<u64, Weak<Holding>>>,
+    next_holding: AtomicU64,
+}
+
+impl LeaseClock {
+    pub(crate) fn new(
+        timeout: Duration,
+        slack: Duration,
+        keepalive_interval: Duration,
+        connect_sent: Instant,
+    ) -> LeaseClock {
+        let evidence = Evidence::new(timeout, slack, connect_sent);
+        let clock = Clock {
+            valid_until: evidence.initial_valid_until(),
+            epoch: 0,
+            lapsed: false,
+            state: SessionState::Connected,
+        };
+        LeaseClock {
+            clock: watch::channel(clock).0,
+            evidence: Mutex::new(evidence),
+            last_proof_sent: Mutex::new(connect_sent),
+            keepalive_interval,
+            holdings: Mutex::new(HashMap::new()),
+            next_holding: AtomicU64::new(0),
+        }
+    }
+
+    /// Records that a request sent at `sent` was answered by the ensemble.
+    pub(crate) fn answered(&self, answer: Answer, sent: Instant) {
+        if answer == Answer::Leader {
+            let mut last = self.last_proof_sent.lock().unwrap();
+            *last = (*last).max(sent);
+        }
+        let Some(until) = self.evidence.lock().unwrap().answered(answer, sent) else {
+            return;
+        };
+        let now = Instant::now();
+        self.clock.send_if_modified(|c| c.extend(until, now));
+    }
+
+    pub(crate) fn now(&self) -> Clock {
+        *self.clock.borrow()
+    }
+
+    pub(crate) fn last_proof_sent(&self) -> Instant {
+        *self.last_proof_sent.lock().unwrap()
+    }
+
+    /// Registers a granted lease so the clock can end it.
+    pub(crate) fn register(
+        &self,
+        shared: &Arc<Shared>,
+        node: String,
+        epoch: u64,
+    ) -> (Arc<Holding>, u64, watch::Receiver<Option<LossReason>>) {
+        let (loss, rx) = watch::channel(None);
+        let holding = Arc::new(Holding {
+            node,
+            epoch,
+            loss,
+            shared: Arc::downgrade(shared),
+        });
+        let id = self.next_holding.fetch_add(1, Ordering::Relaxed);
+        // Every lease unregisters when released or dropped, so the map holds live leases only.
+        self.holdings
+            .lock()
+            .unwrap()
+            .insert(id, Arc::downgrade(&holding));
+        (holding, id, rx)
+    }
+
+    pub(crate) fn unregister(&self, id: u64) {
+        self.holdings.lock().unwrap().remove(&id);
+    }
+
+    /// Ends every registered lease with `reason`.
+    pub(crate) fn lose_all(&self, reason: LossReason) {
+        let holdings: Vec<Arc<Holding>> = self
+            .holdings
+            .lock()
+            .unwrap()
+            .values()
+            .filter_map(Weak::upgrade)
+            .collect();
+        for holding in holdings {
+            holding.lose(reason);
+        }
+    }
+}
+
+/// The keeper task: follows session state, renews the clock, and ends leases when it lapses.
+pub(crate) async fn keep(shared: Arc<Shared>, mut states: zookeeper_client::StateWatcher) {
+    use zookeeper_client::SessionState as Zs;
+    let lease_clock = &shared.clock;
+    let interval = lease_clock.keepalive_interval;
+    let mut clock_changes = lease_clock.clock.subscribe();
+    let mut keepalive: Option<Keepalive> = None;
+    loop {
+        let clock = *clock_changes.borrow_and_update();
+        let next_keepalive = lease_clock.last_proof_sent() + interval;
+        tokio::select! {
+            state = states.changed() => {
+                let new = match state {
+                    Zs::SyncConnected | Zs::ConnectedReadOnly => SessionState::Connected,
+                    Zs::Disconnected => SessionState::Disconnected,
+                    Zs::Expired => SessionState::Expired,
+                    Zs::Closed => SessionState::Closed,
+                    Zs::AuthFailed => SessionState::AuthFailed,
+                };
+                lease_clock.clock.send_modify(|c| c.state = new);
+                let session_id = shared.client.session_id();
+                match new {
+                    SessionState::Disconnected => {
+                        let left = clock.valid_until.saturating_duration_since(Instant::now());
+                        tracing::warn!(%session_id, valid_for_ms = left.as_millis() as u64,
+                            "disconnected from the ensemble: leases suspended until the lease clock runs out");
+                    }
+                    SessionState::Connected => tracing::info!(%session_id, "connected: renewing the lease clock"),
+                    _ => tracing::warn!(%session_id, state = ?new, "zookeeper session ended"),
+                }
+                if new.is_terminal() {
+                    lease_clock.lose_all(lease_clock.now().loss_reason());
+                    return;
+                }
+                if new == SessionState::Connected {
+                    // Renew at once: a blip that ends inside valid_until must cost nobody a
+                    // lock. A keepalive sent on the old connection will never be answered.
+                    keepalive = Some(send_keepalive(&shared));
+                }
+            }
+            _ = tokio::time::sleep_until(next_keepalive), if keepalive.is_none() => {
+                // Only proofs move the schedule: reads never delay a keepalive.
+                if lease_clock.last_proof_sent() + interval <= Instant::now() {
+                    keepalive = Some(send_keepalive(&shared));
+                }
+            }
+            answered = async { keepalive.as_mut().expect("guarded").await }, if keepalive.is_some() => {
+                keepalive = None;
+                if answered {
+                    super::Counters::bump(&shared.counters.keepalives);
+                } else {
+                    tracing::debug!("keepalive unanswered within its interval: sending another");
+                }
+            }
+            _ = clock_changes.changed() => {
+                // Renewed (or lapsed) by another task: arm the lapse timer for the new value.
+            }
+            _ = tokio::time::sleep_until(clock.valid_until), if !clock.lapsed => {
+                let lapsed = lease_clock.clock.send_if_modified(|c| c.lapse_if_due(Instant::now()));
+                if lapsed {
+                    tracing::warn!(
+                        session_id = %shared.client.session_id(),
+                        "lease clock lapsed: the leader has not vouched for the session in time"
+                    );
+                    lease_clock.lose_all(LossReason::ClockLapsed);
+                }
+            }
+        }
+    }
+}
+
+/// A keepalive in flight: resolves to whether it was answered (the answer already fed the
+/// clock).
+type Keepalive = std::pin::Pin<Box<dyn std::future::Future<Output = bool> + Send>>;
+
+/// Sends a keepalive with a timeout of its own: one that gets no answer within the interval
+/// is abandoned, so the next asks on whatever connection is current (a late answer to the
+/// abandoned one would still have been a valid proof; dropping it only under-counts).
+fn send_keepalive(shared: &Arc<Shared>) -> Keepalive {
+    let shared = shared.clone();
+    let interval = shared.clock.keepalive_interval;
+    Box::pin(async move {
+        tokio::time::timeout(interval, shared.keepalive())
+            .await
+            .unwrap_or(false)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const T: Duration = Duration::from_secs(8);
+    const SLACK: Duration = Duration::from_millis(400);
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    #[test]
+    fn the_connect_request_vouches_for_a_timeout_less_slack() {
+        let t0 = Instant::now();
+        let e = Evidence::new(T, SLACK, t0);
+        assert_eq!(e.initial_valid_until(), t0 + T - SLACK);
+    }
+
+    #[test]
+    fn reads_never_renew() {
+        let t0 = Instant::now();
+        let mut e = Evidence::new(T, SLACK, t0);
+        for i in 1..100 {
+            assert_eq!(e.answered(Answer::Read, t0 + ms(100 * i)), None);
+        }
+    }
+
+    #[test]
+    fn a_proof_vouches_only_for_touches_a_report_lag_older() {
+        let t0 = Instant::now();
+        let mut e = Evidence::new(T, SLACK, t0);
+        // report lag = T/4 + slack = 2.4 s.
+        e.answered(Answer::Read, t0 + ms(1000));
+        e.answered(Answer::Read, t0 + ms(2000));
+        e.answered(Answer::Read, t0 + ms(3000));
+        // A proof at 4.0 s proves the touch at 1.0 s (<= 1.6 s), not the one at 2.0 s.
+        assert_eq!(
+            e.answered(Answer::Leader, t0 + ms(4000)),
+            Some(t0 + ms(1000) + T - SLACK)
+        );
+        // A proof at 5.5 s proves the touch at 3.0 s.
+        assert_eq!(
+            e.answered(Answer::Leader, t0 + ms(5500)),
+            Some(t0 + ms(3000) + T - SLACK)
+        );
+    }
+
+    #[test]
+    fn keepalives_alone_lose_at_about_six_tenths_of_the_timeout() {
+        let t0 = Instant::now();
+        let mut e = Evidence::new(T, SLACK, t0);
+        let k = T / 6;
+        let mut until = e.initial_valid_until();
+        let mut last = t0;
+        for i in 1..=12 {
+            last = t0 + k * i;
+            if let Some(u) = e.answered(Answer::Leader, last) {
+                assert!(u >= until, "the clock only moves forward");
+                until = u;
+            }
+            // Never a lapse between keepalives.
+            assert!(
+                until > last + k,
+                "keepalive {i}: {until:?} vs {:?}",
+                last + k
+            );
+        }
+        let left = until - last;
+        assert!(
+            left >= T * 55 / 100 && left <= T * 65 / 100,
+            "lost {left:?} after the last keepalive"
+        );
+    }
+
+    #[test]
+    fn a_late_or_out_of_order_proof_never_moves_the_clock_back() {
+        let t0 = Instant::now();
+        let mut e = Evidence::new(T, SLACK, t0);
+        e.answered(Answer::Read, t0 + ms(500));
+        let a = e.answered(Answer::Leader, t0 + ms(5000)).unwrap();
+        // An older proof answered late proves nothing new.
+        assert_eq!(e.answered(Answer::Leader, t0 + ms(4000)), None);
+        let b = e.answered(Answer::Leader, t0 + ms(6000)).unwrap();
+        assert!(b >= a);
+    }
+
+    fn clock(valid_until: Instant) -> Clock {
+        Clock {
+            valid_until,
+            epoch: 0,
+            lapsed: false,
+            state: SessionState::Connected,
+        }
+    }
+
+    #[test]
+    fn a_lapse_ends_the_epoch_and_a_late_answer_does_not_resurrect_it() {
+        let now = Instant::now();
+        let mut c = clock(now + ms(100));
+        assert!(c.holds(0, now));
+        assert!(!c.lapse_if_due(now), "not yet due");
+        assert!(c.lapse_if_due(now + ms(100)));
+        assert!(!c.holds(0, now + ms(100)));
+        // A late answer whose evidence ends in the past does not renew a lapsed clock.
+        assert!(!c.extend(now + ms(150), now + ms(200)));
+        assert!(c.lapsed);
+        // A fresh one does, in a new epoch: leases of the old epoch stay lost.
+        assert!(c.extend(now + ms(5000), now + ms(200)));
+        assert_eq!(c.epoch, 1);
+        assert!(!c.holds(0, now + ms(300)));
+        assert!(c.holds(1, now + ms(300)));
+    }
+
+    #[test]
+    fn terminal_states_never_hold() {
+        let now = Instant::now();
+        let mut c = clock(now + T);
+        c.state = SessionState::Expired;
+        assert!(!c.holds(0, now));
+        assert!(!c.extend(now + T * 2, now));
+        assert_eq!(c.loss_reason(), LossReason::SessionExpired);
+    }
+}

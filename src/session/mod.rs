@@ -1,0 +1,463 @@
+//! The ZooKeeper session: [`Session`], its options and state, and the layers under it — the
+//! lease clock (`clock.rs`) and the ZooKeeper operations (`ops.rs`), the only code that
+//! calls the client library.
+
+mod clock;
+mod ops;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+use zookeeper_client as zk;
+
+use crate::error::{Error, Result};
+
+pub(crate) use clock::Holding;
+pub use ops::FencedOp;
+pub(crate) use ops::{
+    outcome_unknown, ChildrenWatch, Created, FencedFailure, NodeEvent, NodeWatch,
+};
+/// Options for [`Session::connect`].
+///
+/// ```
+/// use std::time::Duration;
+/// let options = zkfence::SessionOptions::new()
+///     .session_timeout(Duration::from_secs(10))
+///     .connect_timeout(Duration::from_secs(3))
+///     .auth("digest", b"app:secret");
+/// ```
+#[derive(Clone, Debug)]
+pub struct SessionOptions {
+    session_timeout: Duration,
+    connect_timeout: Option<Duration>,
+    auth: Vec<(String, Vec<u8>)>,
+    acls: Option<Vec<zk::Acl>>,
+    lease_margin: Option<Duration>,
+    keepalive_interval: Option<Duration>,
+}
+
+impl Default for SessionOptions {
+    fn default() -> Self {
+        SessionOptions::new()
+    }
+}
+
+impl SessionOptions {
+    /// Defaults: a 10 s session timeout, connect timeout equal to it, no auth, nodes open to
+    /// everyone (`world:anyone` all permissions).
+    pub fn new() -> Self {
+        SessionOptions {
+            session_timeout: Duration::from_secs(10),
+            connect_timeout: None,
+            auth: vec![],
+            acls: None,
+            lease_margin: None,
+            keepalive_interval: None,
+        }
+    }
+
+    /// The session timeout to negotiate: the lease's time to live. A crashed holder's lock is
+    /// freed about this long after its last heartbeat. The server clamps it to
+    /// `[2, 20] × tickTime`; [`Session::session_timeout`] tells the negotiated value.
+    pub fn session_timeout(mut self, timeout: Duration) -> Self {
+        self.session_timeout = timeout;
+        self
+    }
+
+    /// How long [`Session::connect`] may take before it fails with [`Error::ConnectFailed`].
+    /// Defaults to the session timeout.
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = Some(timeout);
+        self
+    }
+
+    /// Adds authentication, e.g. `auth("digest", b"user:password")`. Nodes created by the
+    /// session then default to `auth` ACLs (creator has all permissions) unless
+    /// [`acls`](Self::acls) says otherwise.
+    pub fn auth(mut self, scheme: &str, credentials: &[u8]) -> Self {
+        self.auth.push((scheme.to_string(), credentials.to_vec()));
+        self
+    }
+
+    /// ACLs for every node the session creates (queue nodes and missing lock directories).
+    pub fn acls(mut self, acls: Vec<zk::Acl>) -> Self {
+        self.acls = Some(acls);
+        self
+    }
+
+    /// The lease clock's slack: how much earlier than the leader's earliest possible expiry
+    /// a lease is declared lost, on top of the rule's own allowance for the followers'
+    /// report lag (see [`Session`]'s safety notes). Defaults to a twentieth of the session
+    /// timeout, at most an eighth of it. Larger is safer against a stalled local timer,
+    /// smaller keeps a lease longer when the ensemble goes quiet.
+    pub fn lease_margin(mut self, margin: Duration) -> Self {
+        self.lease_margin = Some(margin);
+        self
+    }
+
+    /// How often the lease clock's keepalive `sync` is sent when no write went to the
+    /// ensemble meanwhile (reads never stand in for it). Defaults to a sixth of the session
+    /// timeout, and is kept between a twentieth and a third of it.
+    pub fn keepalive_interval(mut self, interval: Duration) -> Self {
+        self.keepalive_interval = Some(interval);
+        self
+    }
+}
+
+/// The state of a [`Session`], as its lease clock sees it.
+///
+/// ```no_run
+/// # async fn f(session: zkfence::Session) {
+/// loop {
+///     let state = session.state_changed().await;
+///     eprintln!("zookeeper session: {state:?}");
+///     if state.is_terminal() {
+///         break; // connect a new Session
+///     }
+/// }
+/// # }
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SessionState {
+    /// Connected, and the lease clock is running.
+    Connected,
+    /// Not connected to any server. Leases stay valid until their clock runs out; the client
+    /// keeps reconnecting.
+    Disconnected,
+    /// The server expired the session. Terminal: connect a new `Session`.
+    Expired,
+    /// Closed: the last handle on the session was dropped. Terminal.
+    Closed,
+    /// The ensemble rejected the credentials. Terminal.
+    AuthFailed,
+}
+
+impl SessionState {
+    /// True for the states after which the session can do nothing.
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            SessionState::Expired | SessionState::Closed | SessionState::AuthFailed
+        )
+    }
+}
+
+/// Request counters of one session, for operators and for tests that prove there is no herd.
+///
+/// ```no_run
+/// # fn f(session: zkfence::Session) {
+/// let m = session.metrics();
+/// println!("{} creates, {} listings, {} wake-ups", m.creates, m.listings, m.wakeups);
+/// # }
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SessionMetrics {
+    /// Queue nodes created.
+    pub creates: u64,
+    /// Queue nodes deleted (releases, cancellations, cleanups).
+    pub deletes: u64,
+    /// `getChildren` calls on lock directories.
+    pub listings: u64,
+    /// Watches set on a predecessor.
+    pub watches: u64,
+    /// Watch notifications received while waiting in a queue.
+    pub wakeups: u64,
+    /// Keepalive round trips of the lease clock.
+    pub keepalives: u64,
+    /// Grants that had to confirm the session with the ensemble first, because the lease
+    /// clock did not vouch for it at that moment.
+    pub grant_confirms: u64,
+}
+
+#[derive(Default)]
+pub(crate) struct Counters {
+    pub(crate) creates: AtomicU64,
+    pub(crate) deletes: AtomicU64,
+    pub(crate) listings: AtomicU64,
+    pub(crate) watches: AtomicU64,
+    pub(crate) wakeups: AtomicU64,
+    pub(crate) keepalives: AtomicU64,
+    pub(crate) grant_confirms: AtomicU64,
+}
+
+impl Counters {
+    pub(crate) fn bump(counter: &AtomicU64) {
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// State shared by the session handle, its keeper task, and every lease.
+pub(crate) struct Shared {
+    pub(crate) client: zk::Client,
+    pub(crate) session_timeout: Duration,
+    pub(crate) acls: Vec<zk::Acl>,
+    pub(crate) clock: clock::LeaseClock,
+    pub(crate) counters: Counters,
+}
+
+impl Shared {
+    pub(crate) fn metrics(&self) -> SessionMetrics {
+        let c = &self.counters;
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        SessionMetrics {
+            creates: get(&c.creates),
+            deletes: get(&c.deletes),
+            listings: get(&c.listings),
+            watches: get(&c.watches),
+            wakeups: get(&c.wakeups),
+            keepalives: get(&c.keepalives),
+            grant_confirms: get(&c.grant_confirms),
+        }
+    }
+
+    /// Registers a granted lease so the clock can end it.
+    pub(crate) fn register(
+        self: &Arc<Self>,
+        node: String,
+        epoch: u64,
+    ) -> (
+        Arc<Holding>,
+        u64,
+        tokio::sync::watch::Receiver<Option<crate::error::LossReason>>,
+    ) {
+        self.clock.register(self, node, epoch)
+    }
+}
+
+/// Spawns `fut` on the current tokio runtime if there is one. Without a runtime (a guard
+/// dropped after the runtime shut down) the work is skipped: the node then disappears with
+/// the session.
+pub(crate) fn spawn_detached<F>(fut: F)
+where
+    F: std::future::Future<Output = ()> + Send + 'static,
+{
+    if let Ok(handle) = tokio::runtime::Handle::try_current() {
+        handle.spawn(fut);
+    }
+}
+
+struct Inner {
+    shared: Arc<Shared>,
+    connect: String,
+    keeper: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.keeper.abort();
+    }
+}
+
+/// A ZooKeeper session: the lease that every lock and leadership made from it lives on.
+///
+/// Cheap to clone; all clones share one session. A [`Lease`](crate::Lease) keeps its session
+/// alive. When the last clone and the last lease are dropped the session closes, and the
+/// ensemble deletes its remaining nodes at once (after background deletes still in flight
+/// finish).
+///
+/// # Guarantees
+///
+/// - A [`Lease`](crate::Lease) is reported [`Lost`](crate::LeaseState::Lost) no later than
+///   `valid_until`, which is before the server can expire the session and let another
+///   contender in (see the module docs of the lease clock in `session.rs`).
+/// - A short disconnection that ends before `valid_until` costs nothing: leases return from
+///   `Suspended` to `Held`.
+///
+/// ```no_run
+/// # async fn f() -> zkfence::Result<()> {
+/// use std::time::Duration;
+/// use zkfence::{Session, SessionOptions};
+/// let session = Session::connect(
+///     "127.0.0.1:2181,127.0.0.1:2182/app",
+///     SessionOptions::new().session_timeout(Duration::from_secs(10)),
+/// ).await?;
+/// let lease = session.lock("/locks/payments").acquire().await?;
+/// lease.release().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Session {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session")
+            .field("connect", &self.inner.connect)
+            .field("id", &self.id())
+            .field("state", &self.state())
+            .finish()
+    }
+}
+
+impl Session {
+    /// Connects to the ensemble and starts the lease clock.
+    ///
+    /// `connect` is `host:port[,host:port...][/chroot]`.
+    ///
+    /// # Notable errors
+    /// - [`Error::ConnectFailed`] if no server answered within the connect timeout.
+    /// - [`Error::ChrootMissing`] if the chroot does not exist.
+    /// - [`Error::AuthFailed`] if the credentials were rejected.
+    /// - [`Error::InvalidConnectString`] if `connect` cannot be parsed.
+    pub async fn connect(connect: &str, options: SessionOptions) -> Result<Session> {
+        let hosts = connect.split('/').next().unwrap_or_default();
+        if hosts.is_empty() || hosts.split(',').any(|h| h.trim().is_empty()) {
+            return Err(Error::InvalidConnectString {
+                connect: connect.to_string(),
+                reason: "no host before the chroot, or an empty host between commas".into(),
+            });
+        }
+        let chroot = connect.find('/').map(|i| &connect[i..]);
+        if let Some(chroot) = chroot {
+            crate::node::validate_path(chroot).map_err(|e| Error::InvalidConnectString {
+                connect: connect.to_string(),
+                reason: format!("bad chroot: {e}"),
+            })?;
+        }
+        let connect_timeout = options.connect_timeout.unwrap_or(options.session_timeout);
+        let mut connector = zk::Client::connector().with_session_timeout(options.session_timeout);
+        for (scheme, secret) in &options.auth {
+            connector = connector.with_auth(scheme, secret);
+        }
+        let unreachable = |reason: String| Error::ConnectFailed {
+            connect: connect.to_string(),
+            timeout: connect_timeout,
+            reason,
+        };
+        let connect_sent = Instant::now();
+        let client = match tokio::time::timeout(connect_timeout, connector.connect(hosts)).await {
+            Err(_) => return Err(unreachable("connect timed out".into())),
+            Ok(Err(zk::Error::AuthFailed)) => return Err(Error::AuthFailed),
+            Ok(Err(zk::Error::BadArguments(reason))) => {
+                return Err(Error::InvalidConnectString {
+                    connect: connect.to_string(),
+                    reason: reason.to_string(),
+                })
+            }
+            Ok(Err(e)) => return Err(unreachable(e.to_string())),
+            Ok(Ok(client)) => client,
+        };
+        let client = match chroot {
+            None => client,
+            Some(chroot) => {
+                // Before the chroot applies, the only direct call outside ops.rs: the session
+                // does not exist for zkfence yet.
+                match client.check_stat(chroot).await {
+                    Ok(Some(_)) => {}
+                    Ok(None) => {
+                        return Err(Error::ChrootMissing {
+                            chroot: chroot.to_string(),
+                        })
+                    }
+                    Err(e) => return Err(Error::zk("check chroot", chroot, e)),
+                }
+                client
+                    .chroot(chroot.to_string())
+                    .map_err(|_| Error::InvalidConnectString {
+                        connect: connect.to_string(),
+                        reason: "bad chroot".into(),
+                    })?
+            }
+        };
+        let session_timeout = client.session_timeout();
+        // At most T/8: the slack counts twice in the rule (in the report lag and before the
+        // deadline), and beyond that the clock could hardly ever vouch for the session.
+        let slack = options
+            .lease_margin
+            .unwrap_or(session_timeout / 20)
+            .min(session_timeout / 8);
+        // Between a twentieth and a third of the timeout: rarer keepalives would let the clock
+        // lapse between them (see the lease clock's rule).
+        let keepalive_interval = options
+            .keepalive_interval
+            .unwrap_or(session_timeout / 6)
+            .clamp(session_timeout / 20, session_timeout / 3);
+        let acls = options.acls.clone().unwrap_or_else(|| {
+            if options.auth.is_empty() {
+                zk::Acls::anyone_all().to_vec()
+            } else {
+                zk::Acls::creator_all().to_vec()
+            }
+        });
+        let shared = Arc::new(Shared {
+            client: client.clone(),
+            session_timeout,
+            acls,
+            // The leader created the session after we sent the connect request.
+            clock: clock::LeaseClock::new(session_timeout, slack, keepalive_interval, connect_sent),
+            counters: Counters::default(),
+        });
+        let keeper = tokio::spawn(clock::keep(shared.clone(), client.state_watcher()));
+        tracing::info!(
+            session_id = %client.session_id(),
+            timeout_ms = session_timeout.as_millis() as u64,
+            "zookeeper session established"
+        );
+        Ok(Session {
+            inner: Arc::new(Inner {
+                shared,
+                connect: connect.to_string(),
+                keeper,
+            }),
+        })
+    }
+
+    pub(crate) fn shared(&self) -> &Arc<Shared> {
+        &self.inner.shared
+    }
+
+    /// The session id the ensemble assigned.
+    pub fn id(&self) -> i64 {
+        self.inner.shared.client.session_id().0
+    }
+
+    /// The negotiated session timeout: the lease's time to live.
+    pub fn session_timeout(&self) -> Duration {
+        self.inner.shared.session_timeout
+    }
+
+    /// The session's state now.
+    pub fn state(&self) -> SessionState {
+        self.inner.shared.clock.now().state
+    }
+
+    /// Until when the lease clock vouches for the session, or `None` if it has lapsed or the
+    /// session ended.
+    pub fn valid_until(&self) -> Option<Instant> {
+        let c = self.inner.shared.clock.now();
+        (c.holds(c.epoch, Instant::now())).then_some(c.valid_until)
+    }
+
+    /// Waits for the next change of [`state`](Self::state) and returns the new state.
+    /// Returns at once with the terminal state if the session has ended.
+    pub async fn state_changed(&self) -> SessionState {
+        let mut rx = self.inner.shared.clock.clock.subscribe();
+        let start = rx.borrow_and_update().state;
+        if start.is_terminal() {
+            return start;
+        }
+        loop {
+            if rx.changed().await.is_err() {
+                return SessionState::Closed;
+            }
+            let now = rx.borrow_and_update().state;
+            if now != start {
+                return now;
+            }
+        }
+    }
+
+    /// Request counters of this session.
+    pub fn metrics(&self) -> SessionMetrics {
+        self.inner.shared.metrics()
+    }
+
+    /// The underlying `zookeeper-client` client, for operations zkfence does not wrap. Nodes
+    /// created through it are not tracked by zkfence.
+    pub fn client(&self) -> &zk::Client {
+        &self.inner.shared.client
+    }
+}

@@ -1,0 +1,549 @@
+//! The ZooKeeper operations: the only code that calls the `zookeeper-client` API.
+//!
+//! Every answer feeds the lease clock here, classified once: reads are touches, `sync` and
+//! writes are proofs ([`Answer`]). One rule decides when an outcome is unknown and the
+//! request must be asked again ([`outcome_unknown`], with its pause in
+//! [`pause_before_retry`]); one mapping turns a session that ended into the [`Error`] to
+//! return ([`ended_error`]); one primitive watches a node ([`NodeWatch`]) and one a
+//! directory's children ([`ChildrenWatch`]); multi-reads are split into bounded chunks.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+use futures::FutureExt;
+use tokio::time::Instant;
+use zookeeper_client as zk;
+
+use crate::error::{Error, Result};
+
+use super::clock::Answer;
+use super::{Counters, SessionState, Shared};
+
+/// True when a request failed without telling whether the server applied it: the
+/// connection broke (`ConnectionLoss`, a ping timeout as `Custom`), the client timed out,
+/// the session moved to another server, or the server throttled us. Ask again (a read, a
+/// delete), or look before asking again (a create).
+pub(crate) fn outcome_unknown(err: &zk::Error) -> bool {
+    matches!(
+        err,
+        zk::Error::ConnectionLoss
+            | zk::Error::Custom(_)
+            | zk::Error::Timeout
+            | zk::Error::SessionMoved
+            | zk::Error::Throttled
+    )
+}
+
+/// The pause before asking again after an unknown outcome. Requests made while
+/// disconnected wait for the next connection, so retries do not spin; the pause only keeps
+/// a persistent fault from turning into a busy loop.
+pub(crate) async fn pause_before_retry() {
+    tokio::time::sleep(Duration::from_millis(20)).await;
+}
+
+/// True when the server itself answered with `err`: the request reached it (a write also went
+/// through the leader), so it counts for the lease clock like a success.
+fn answered_by_server(err: &zk::Error) -> bool {
+    matches!(
+        err,
+        zk::Error::NoNode
+            | zk::Error::NodeExists
+            | zk::Error::BadVersion
+            | zk::Error::NotEmpty
+            | zk::Error::NoChildrenForEphemerals
+            | zk::Error::NoAuth
+            | zk::Error::InvalidAcl
+            | zk::Error::QuotaExceeded
+    )
+}
+
+/// The error for a session that ended in `state`, or `None` if it has not ended: the one
+/// mapping from a terminal session state to [`Error`].
+pub(crate) fn ended_error(state: SessionState) -> Option<Error> {
+    match state {
+        SessionState::Expired => Some(Error::SessionExpired),
+        SessionState::Closed => Some(Error::SessionClosed),
+        SessionState::AuthFailed => Some(Error::AuthFailed),
+        SessionState::Connected | SessionState::Disconnected => None,
+    }
+}
+
+/// The session state a watch reports when it fired because the session ended.
+fn watched_state(event: &zk::WatchedEvent) -> Option<SessionState> {
+    if event.event_type != zk::EventType::Session {
+        return None;
+    }
+    Some(match event.session_state {
+        zk::SessionState::Expired => SessionState::Expired,
+        zk::SessionState::AuthFailed => SessionState::AuthFailed,
+        _ => SessionState::Closed,
+    })
+}
+
+/// What a node watch saw.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum NodeEvent {
+    Deleted,
+    /// Its data changed (or it was created): it still exists.
+    Changed,
+}
+
+/// A watch set on one node that exists.
+pub(crate) struct NodeWatch {
+    event: Pin<Box<dyn Future<Output = zk::WatchedEvent> + Send>>,
+}
+
+impl NodeWatch {
+    fn new(watcher: zk::OneshotWatcher) -> NodeWatch {
+        NodeWatch {
+            event: Box::pin(watcher.changed()),
+        }
+    }
+
+    /// Waits for the event. Cancel safe (the watch stays set).
+    pub(crate) async fn changed(&mut self) -> Result<NodeEvent> {
+        let event = (&mut self.event).await;
+        node_event(&event)
+    }
+
+    /// The event if it has already arrived. Events arrive in zxid order and are dispatched in
+    /// that order, so once a later event was seen, an earlier one is here.
+    pub(crate) fn arrived(&mut self) -> Option<Result<NodeEvent>> {
+        (&mut self.event).now_or_never().map(|e| node_event(&e))
+    }
+}
+
+fn node_event(event: &zk::WatchedEvent) -> Result<NodeEvent> {
+    if let Some(state) = watched_state(event) {
+        return Err(ended_error(state).unwrap_or(Error::SessionClosed));
+    }
+    Ok(match event.event_type {
+        zk::EventType::NodeDeleted => NodeEvent::Deleted,
+        _ => NodeEvent::Changed,
+    })
+}
+
+/// A watch set on a directory's children.
+pub(crate) struct ChildrenWatch {
+    watcher: zk::OneshotWatcher,
+}
+
+impl ChildrenWatch {
+    /// Waits for the next change of the children (or the directory's deletion).
+    pub(crate) async fn changed(self) -> Result<()> {
+        let event = self.watcher.changed().await;
+        match watched_state(&event) {
+            Some(state) => Err(ended_error(state).unwrap_or(Error::SessionClosed)),
+            None => Ok(()),
+        }
+    }
+}
+
+/// How many reads one multi-read carries at most, and how many bytes of paths: ZooKeeper
+/// refuses a request over 1 MiB (jute.maxbuffer), and the answer carries each node's data.
+const READ_CHUNK_OPS: usize = 256;
+const READ_CHUNK_BYTES: usize = 128 * 1024;
+
+/// One operation of a [`Lease::fenced_write`](crate::Lease::fenced_write).
+///
+/// ```no_run
+/// # async fn f(lease: zkfence::Lease) -> zkfence::Result<()> {
+/// use zkfence::FencedOp;
+/// // Written only if our lock node still exists: a stale holder's write is refused.
+/// lease.fenced_write(&[
+///     FencedOp::SetData { path: "/app/config".into(), data: b"v2".to_vec(), version: None },
+///     FencedOp::Create { path: "/app/history/v2".into(), data: vec![] },
+/// ]).await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FencedOp {
+    /// Create a persistent node.
+    Create {
+        /// Node path.
+        path: String,
+        /// Node data.
+        data: Vec<u8>,
+    },
+    /// Set a node's data, optionally only at `version`.
+    SetData {
+        /// Node path.
+        path: String,
+        /// New data.
+        data: Vec<u8>,
+        /// Expected version, or `None` for any.
+        version: Option<i32>,
+    },
+    /// Delete a node, optionally only at `version`.
+    Delete {
+        /// Node path.
+        path: String,
+        /// Expected version, or `None` for any.
+        version: Option<i32>,
+    },
+}
+
+/// Why a fenced write was not applied.
+pub(crate) enum FencedFailure {
+    /// Our node is gone: nothing was written.
+    NodeGone,
+    Failed(Error),
+}
+
+/// The answer to one queue-node create.
+pub(crate) struct Created {
+    pub(crate) path: String,
+    pub(crate) sequence: i32,
+    pub(crate) czxid: i64,
+}
+
+impl Shared {
+    fn answered(&self, answer: Answer, sent: Instant) {
+        self.clock.answered(answer, sent);
+    }
+
+    /// Runs an idempotent read, asking again while its outcome is unknown.
+    async fn read<T, F, Fut>(&self, operation: &'static str, path: &str, f: F) -> Result<T>
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = std::result::Result<T, zk::Error>>,
+    {
+        loop {
+            let sent = Instant::now();
+            match f().await {
+                Ok(v) => {
+                    self.answered(Answer::Read, sent);
+                    return Ok(v);
+                }
+                Err(e) if outcome_unknown(&e) => pause_before_retry().await,
+                Err(e) => {
+                    if answered_by_server(&e) {
+                        self.answered(Answer::Read, sent);
+                    }
+                    return Err(Error::zk(operation, path, e));
+                }
+            }
+        }
+    }
+
+    /// A read that treats a missing node as `None`.
+    async fn read_node<T, F, Fut>(
+        &self,
+        operation: &'static str,
+        path: &str,
+        f: F,
+    ) -> Result<Option<T>>
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = std::result::Result<T, zk::Error>>,
+    {
+        match self.read(operation, path, f).await {
+            Ok(v) => Ok(Some(v)),
+            Err(Error::ZooKeeper {
+                source: zk::Error::NoNode,
+                ..
+            }) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The children of `dir`, or `None` if it does not exist.
+    pub(crate) async fn list(&self, dir: &str) -> Result<Option<Vec<String>>> {
+        Counters::bump(&self.counters.listings);
+        self.read_node("list", dir, || self.client.list_children(dir))
+            .await
+    }
+
+    /// The children of `dir` and a watch on them, or `None` if it does not exist.
+    pub(crate) async fn list_watched(
+        &self,
+        dir: &str,
+    ) -> Result<Option<(Vec<String>, ChildrenWatch)>> {
+        Counters::bump(&self.counters.listings);
+        let listed = self
+            .read_node("list", dir, || self.client.list_and_watch_children(dir))
+            .await?;
+        Ok(listed.map(|(children, watcher)| (children, ChildrenWatch { watcher })))
+    }
+
+    /// The node's stat, or `None` if it does not exist.
+    pub(crate) async fn stat(&self, path: &str) -> Result<Option<zk::Stat>> {
+        self.read("stat", path, || self.client.check_stat(path))
+            .await
+    }
+
+    /// The node's data and stat, or `None` if it does not exist.
+    pub(crate) async fn data(&self, path: &str) -> Result<Option<(Vec<u8>, zk::Stat)>> {
+        self.read_node("read", path, || self.client.get_data(path))
+            .await
+    }
+
+    /// The data and stat of each of `paths` (`None` for one that does not exist), in
+    /// bounded multi-reads.
+    pub(crate) async fn data_many(
+        &self,
+        paths: &[String],
+    ) -> Result<Vec<Option<(Vec<u8>, zk::Stat)>>> {
+        let mut out = Vec::with_capacity(paths.len());
+        let mut rest = paths;
+        while !rest.is_empty() {
+            let mut bytes = 0;
+            let n = rest
+                .iter()
+                .take(READ_CHUNK_OPS)
+                .take_while(|p| {
+                    bytes += p.len();
+                    bytes <= READ_CHUNK_BYTES
+                })
+                .count()
+                .max(1);
+            let (chunk, tail) = rest.split_at(n);
+            rest = tail;
+            let results = self
+                .read("read contenders", &chunk[0], || {
+                    let mut reader = self.client.new_multi_reader();
+                    for path in chunk {
+                        // Paths come from a listing of the server: adding cannot fail.
+                        let _ = reader.add_get_data(path);
+                    }
+                    reader.commit()
+                })
+                .await?;
+            out.extend(results.into_iter().map(|r| match r {
+                zk::MultiReadResult::Data { data, stat } => Some((data, stat)),
+                _ => None,
+            }));
+        }
+        Ok(out)
+    }
+
+    /// Sets a watch on `path`: `None` if it does not exist.
+    pub(crate) async fn watch_node(&self, path: &str) -> Result<Option<NodeWatch>> {
+        Counters::bump(&self.counters.watches);
+        let (stat, watcher) = self
+            .read("watch", path, || self.client.check_and_watch_stat(path))
+            .await?;
+        Ok(stat.map(|_| NodeWatch::new(watcher)))
+    }
+
+    /// Sets watches on `first` and `second` in one round trip (the requests are pipelined
+    /// on the connection and answered in order).
+    pub(crate) async fn watch_pair(
+        &self,
+        first: &str,
+        second: &str,
+    ) -> Result<(Option<NodeWatch>, Option<NodeWatch>)> {
+        Counters::bump(&self.counters.watches);
+        let (a, b) = self
+            .read("watch", first, || {
+                let a = self.client.check_and_watch_stat(first);
+                let b = self.client.check_and_watch_stat(second);
+                async move {
+                    let (a, b) = (a.await, b.await);
+                    Ok((a?, b?))
+                }
+            })
+            .await?;
+        let watch = |(stat, watcher): (Option<zk::Stat>, zk::OneshotWatcher)| {
+            stat.map(|_| NodeWatch::new(watcher))
+        };
+        Ok((watch(a), watch(b)))
+    }
+
+    /// Waits until `path` does not exist. Cancel safe.
+    pub(crate) async fn wait_deleted(&self, path: &str) -> Result<()> {
+        loop {
+            let Some(mut watch) = self.watch_node(path).await? else {
+                return Ok(());
+            };
+            if watch.changed().await? == NodeEvent::Deleted {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Creates a queue node: one attempt, the raw error for the caller's protected-create
+    /// rule. A `NoNode` answer means the directory is missing.
+    pub(crate) async fn create_queue_node(
+        &self,
+        prefix: &str,
+        data: &[u8],
+    ) -> std::result::Result<Created, zk::Error> {
+        let acls = zk::Acls::new(&self.acls);
+        let options = zk::CreateMode::EphemeralSequential.with_acls(acls);
+        let sent = Instant::now();
+        match self.client.create(prefix, data, &options).await {
+            Ok((stat, sequence)) => {
+                self.answered(Answer::Leader, sent);
+                Counters::bump(&self.counters.creates);
+                Ok(Created {
+                    path: format!("{prefix}{sequence}"),
+                    // ZooKeeper writes the parent's signed 32-bit counter.
+                    sequence: sequence.into_i64() as i32,
+                    czxid: stat.czxid,
+                })
+            }
+            Err(e) => {
+                if answered_by_server(&e) {
+                    self.answered(Answer::Leader, sent);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Creates `dir` and its missing parents (`mkdir -p`).
+    pub(crate) async fn make_dirs(&self, dir: &str) -> Result<()> {
+        let acls = zk::Acls::new(&self.acls);
+        let options = zk::CreateMode::Persistent.with_acls(acls);
+        loop {
+            let sent = Instant::now();
+            match self.client.mkdir(dir, &options).await {
+                Ok(()) => {
+                    self.answered(Answer::Leader, sent);
+                    tracing::info!(%dir, "created lock directory");
+                    return Ok(());
+                }
+                Err(e) if outcome_unknown(&e) => pause_before_retry().await,
+                Err(zk::Error::NoNode) => {
+                    return Err(Error::ChrootMissing {
+                        chroot: self.client.path().to_string(),
+                    })
+                }
+                Err(zk::Error::NoChildrenForEphemerals) => {
+                    return Err(Error::InvalidPath {
+                        path: dir.to_string(),
+                        reason: "a parent is an ephemeral node, which cannot have children",
+                    })
+                }
+                Err(e) => return Err(Error::zk("create directory", dir, e)),
+            }
+        }
+    }
+
+    /// Deletes `node`, asking again through connection loss and failover, until it is gone
+    /// or the session has ended (which removes it too).
+    pub(crate) async fn delete_until_gone(&self, node: &str) -> Result<()> {
+        loop {
+            let sent = Instant::now();
+            match self.client.delete(node, None).await {
+                Ok(()) | Err(zk::Error::NoNode) => {
+                    self.answered(Answer::Leader, sent);
+                    Counters::bump(&self.counters.deletes);
+                    return Ok(());
+                }
+                Err(e) if outcome_unknown(&e) => pause_before_retry().await,
+                Err(e) => return Err(Error::zk("delete", node, e)),
+            }
+        }
+    }
+
+    /// The keepalive: one `sync`, a proof for the lease clock. Returns whether it was
+    /// answered.
+    pub(crate) async fn keepalive(&self) -> bool {
+        let sent = Instant::now();
+        let ok = self.client.sync("/").await.is_ok();
+        if ok {
+            self.answered(Answer::Leader, sent);
+        }
+        ok
+    }
+
+    /// One round trip that proves the session is alive at the leader and `node` exists
+    /// (`sync`, then `exists`, pipelined), bounded by the session timeout.
+    ///
+    /// Errors: [`Error::NodeDeleted`] if the node is gone, [`Error::NoAnswer`] if nothing
+    /// answered in time, the session's end.
+    pub(crate) async fn confirm(&self, node: &str) -> Result<()> {
+        let deadline = Instant::now() + self.session_timeout;
+        loop {
+            let sent = Instant::now();
+            let sync = self.client.sync(node);
+            let stat = self.client.check_stat(node);
+            let answer = tokio::time::timeout_at(deadline, async { (sync.await, stat.await) });
+            match answer.await {
+                Err(_) => {
+                    return Err(Error::NoAnswer {
+                        operation: "confirm",
+                        path: node.to_string(),
+                        waited: self.session_timeout,
+                    })
+                }
+                Ok((Ok(()), Ok(Some(_)))) => {
+                    self.answered(Answer::Leader, sent);
+                    return Ok(());
+                }
+                Ok((Ok(()), Ok(None))) | Ok((Err(zk::Error::NoNode), _)) => {
+                    self.answered(Answer::Leader, sent);
+                    return Err(Error::NodeDeleted {
+                        node: node.to_string(),
+                    });
+                }
+                Ok((Err(e), _)) | Ok((_, Err(e))) if outcome_unknown(&e) => {
+                    pause_before_retry().await
+                }
+                Ok((Err(e), _)) | Ok((_, Err(e))) => return Err(Error::zk("confirm", node, e)),
+            }
+        }
+    }
+
+    /// Applies `ops` in one multi-op that first checks `node` exists.
+    pub(crate) async fn fenced_write(
+        &self,
+        node: &str,
+        ops: &[FencedOp],
+    ) -> std::result::Result<(), FencedFailure> {
+        let mut writer = self
+            .client
+            .new_check_writer(node, None)
+            .map_err(|e| FencedFailure::Failed(Error::zk("fenced write", node, e)))?;
+        let persistent = zk::CreateMode::Persistent.with_acls(zk::Acls::new(&self.acls));
+        for op in ops {
+            let (path, added) = match op {
+                FencedOp::Create { path, data } => {
+                    (path, writer.add_create(path, data, &persistent))
+                }
+                FencedOp::SetData {
+                    path,
+                    data,
+                    version,
+                } => (path, writer.add_set_data(path, data, *version)),
+                FencedOp::Delete { path, version } => (path, writer.add_delete(path, *version)),
+            };
+            added.map_err(|_| {
+                FencedFailure::Failed(Error::InvalidPath {
+                    path: path.clone(),
+                    reason: "not a valid node path",
+                })
+            })?;
+        }
+        let sent = Instant::now();
+        match writer.commit().await {
+            Ok(_) => {
+                self.answered(Answer::Leader, sent);
+                Ok(())
+            }
+            Err(zk::CheckWriteError::CheckFailed { .. }) => {
+                self.answered(Answer::Leader, sent);
+                Err(FencedFailure::NodeGone)
+            }
+            Err(zk::CheckWriteError::OperationFailed { index, source }) => {
+                self.answered(Answer::Leader, sent);
+                Err(FencedFailure::Failed(Error::FencedWriteFailed {
+                    path: node.to_string(),
+                    index,
+                    source,
+                }))
+            }
+            Err(zk::CheckWriteError::RequestFailed { source }) => Err(FencedFailure::Failed(
+                Error::zk("fenced write", node, source),
+            )),
+        }
+    }
+
+    /// The error for our session if it has ended.
+    pub(crate) fn session_ended(&self) -> Option<Error> {
+        ended_error(self.clock.now().state)
+    }
+}
