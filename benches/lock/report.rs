@@ -79,9 +79,13 @@ impl Goal {
         self
     }
 
-    /// What the figure is and how it is bounded, printed when `--check` fails on it.
-    pub fn detail(mut self, detail: impl Into<String>) -> Goal {
-        self.detail = detail.into();
+    /// What the figure is and how it is bounded, printed when `--check` fails on it (added
+    /// to what the constructor said, such as a tolerance).
+    pub fn detail(mut self, detail: impl AsRef<str>) -> Goal {
+        if !self.detail.is_empty() {
+            self.detail.push_str("; ");
+        }
+        self.detail.push_str(detail.as_ref());
         self
     }
 

@@ -233,7 +233,7 @@ pub async fn run(bench: &Bench, report: &mut Report) -> Result<()> {
             .ours(ours.cpu_share_cell())
             .peer(peer.cpu_share_cell())
             .floor(format!(
-                "{} / {}",
+                "{} (raw); {} (protocol)",
                 raw.cpu_share_cell(),
                 floor.cpu_share_cell()
             )),
