@@ -14,12 +14,13 @@
 //! 2. **Position** — list the children, keep those ending in a sequence, sort them by it
 //!    (serial-number order, right across the counter's wrap). The admission rule says whether
 //!    we hold, or which one node to wait on.
-//! 3. **Wait on one node** — watch that node, and our own node in the same round trip. One
-//!    release wakes one waiter: no herd. When the watched node is deleted and it was the last
-//!    obstacle in our last listing, we hold without listing again (sequence numbers only grow,
-//!    so nothing can have appeared ahead of us) — unless our own node's watch fired first
-//!    (events arrive in zxid order): someone deleted our node, and nothing is held.
-//!    Otherwise list again.
+//! 3. **Wait on one node** — watch that node. One release wakes one waiter: no herd. When
+//!    it was the last obstacle in our last listing (we are second in line), our own node is
+//!    watched in the same round trip, and on the watched node's deletion we hold without
+//!    listing again (sequence numbers only grow, so nothing can have appeared ahead of us) —
+//!    unless our own node's watch fired first (events arrive in zxid order): someone deleted
+//!    our node, and nothing is held. Deeper in the queue, a deletion sends us back to step 2,
+//!    whose listing shows whether our node still exists.
 //! 4. **Leave** — delete our node by its full path. A cancelled wait (a dropped future) hands
 //!    the delete to a background task; if the create's outcome was unknown, the task finds the
 //!    node by uuid first.
@@ -573,8 +574,21 @@ impl Queue {
             };
             let predecessor = format!("{}/{}", self.dir, queue[watched].1);
             tracing::info!(position = index, ahead = index, holder = ?progress.holder, "queued");
-            // Our own node is watched in the same round trip: its deletion is seen before the
-            // predecessor's (events arrive in zxid order), so a deleted waiter is never granted.
+            if !holds_when_gone {
+                // Deeper in the queue: the deletion of what we watch only sends us back to
+                // list, and the listing shows whether our node still exists.
+                let Some(mut predecessor_watch) = shared.watch_node(&predecessor).await? else {
+                    continue; // already gone: look again
+                };
+                tracing::info!(%predecessor, "waiting on predecessor");
+                predecessor_watch.changed().await?;
+                Counters::bump(&shared.counters.wakeups);
+                continue;
+            }
+            // Second in line, we hold on the predecessor's deletion alone, without listing
+            // again. Our own node is watched in the same round trip: its deletion is seen
+            // before the predecessor's (events arrive in zxid order), so a waiter whose node
+            // was deleted is never granted.
             let (predecessor_watch, own_watch) = shared.watch_pair(&predecessor, &node).await?;
             let Some(mut own_watch) = own_watch else {
                 return Err(self.vanished(&node));
@@ -582,7 +596,7 @@ impl Queue {
             let Some(mut predecessor_watch) = predecessor_watch else {
                 continue; // already gone: look again
             };
-            tracing::info!(%predecessor, "waiting on predecessor");
+            tracing::info!(%predecessor, "waiting on predecessor (second in line)");
             let predecessor_event = tokio::select! {
                 biased;
                 own = own_watch.changed() => match own? {
@@ -593,7 +607,7 @@ impl Queue {
                 event = predecessor_watch.changed() => event?,
             };
             Counters::bump(&shared.counters.wakeups);
-            if predecessor_event == NodeEvent::Deleted && holds_when_gone {
+            if predecessor_event == NodeEvent::Deleted {
                 match own_watch.arrived() {
                     Some(Ok(NodeEvent::Deleted)) => return Err(self.vanished(&node)),
                     Some(Err(err)) => return Err(err),

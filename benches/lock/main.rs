@@ -1,0 +1,285 @@
+//! `cargo bench --bench lock [-- --quick] [--check] [--only SCENARIO,..] [--rounds N]`: what
+//! zkfence's lock costs, against the floor the ZooKeeper protocol sets and against what users
+//! would pick instead.
+//!
+//! The bench starts its own 3-node ensemble (tickTime 200 ms), connects every measured session
+//! to one follower, and measures, in one run:
+//!
+//! 1. **uncontended** acquire+release on one lock, against raw `zookeeper-client` calls doing
+//!    the protocol floor (create ephemeral-sequential, getChildren, delete) and against
+//!    `zookeeper-client`'s own `Client::lock`;
+//! 2. **handoff**: 8 sessions passing one lock around, against `Client::lock` and against the
+//!    same protocol written with raw calls, all driven the same way; the release-to-grant
+//!    latency against the raw floor (a delete on one session until the `NodeDeleted` watch
+//!    fires on another), that floor plus the getChildren a deep waiter needs, and two sessions
+//!    whose waiter is always second in line (the holder releases only once the server shows
+//!    the waiter's watch on its node);
+//! 3. **parallel**: 64 tasks on one session, each on its own lock, against `Client::lock`, raw
+//!    pipelined create+delete (the ensemble's write limit) and raw create+getChildren+delete;
+//! 4. **herd**: watch notifications and requests per release with 1,000 waiters, at the
+//!    server;
+//! 5. **scale**: 10,000 waiters in one process (enqueue time, RSS per waiter, FIFO);
+//! 6. **keepalive**: requests per second of an idle session holding 1 and 100 leases;
+//! 7. Python Kazoo's `Lock` on 1 and 2, where Debian's `python3-kazoo` is installed
+//!    (driven by `benches/kazoo_driver.py`).
+//!
+//! Noise on these machines is large: fsync latency moves whole rounds, and one round of two
+//! implementations doing the same requests gave ratios from 0.6 to 1.8 (the README's
+//! "Benchmarks" section shows a run). So timed comparisons run in interleaved rounds (9, 3
+//! with `--quick`) after one unmeasured warm-up round, rotating which arm goes first, and
+//! report the median of the per-round ratios with their min and max. Request counts do not
+//! need that: they are read at the server from the `cons` four-letter word (`recved` and
+//! `sent` per connection) before and after each arm. Client CPU time per operation is read
+//! from the process clock, the ZooKeeper servers' from their `/proc/PID/stat`.
+//!
+//! Output: one markdown table on stdout (the README's), progress on stderr, and every figure,
+//! per round too, in `target/bench/lock.json` (under `CARGO_TARGET_DIR` when set). `--only`
+//! and `--rounds` are for working on one scenario; the JSON then holds only what ran.
+//! `--check` makes the run fail (exit status 1) when a goal that noise cannot move is missed:
+//! requests per cycle, notifications per release, FIFO order, a keepalive rate flat in the
+//! number of leases. Timed ratios are reported, never checked.
+//!
+//! Layout: `server.rs` (the ensemble, sessions, counting at the server, CPU clocks),
+//! `arms.rs` (the raw floor, `Client::lock`, the Kazoo driver), `scenario/` (one file per
+//! scenario), `stats.rs` (medians, paired ratios), `report.rs` (goals, the table, the JSON).
+
+mod arms;
+mod report;
+mod scenario;
+mod server;
+mod stats;
+
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use zkfence_testcontainers::Ensemble;
+
+use crate::report::Report;
+use crate::server::Bench;
+use crate::stats::round3;
+
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+pub type Result<T, E = BoxError> = std::result::Result<T, E>;
+
+/// Long enough that neither the client's pings (after 3/20 of it idle) nor the lease clock's
+/// keepalive fall inside a busy measured window often; the keepalives that do are counted
+/// and reported apart.
+pub const SESSION_TIMEOUT: Duration = Duration::from_secs(20);
+pub const TICK: Duration = Duration::from_millis(200);
+
+/// How much work each scenario does: the full run, or the `--quick` one CI runs.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub quick: bool,
+    /// Interleaved rounds of every timed comparison.
+    pub rounds: usize,
+    /// Acquire+release cycles per arm and round, uncontended.
+    pub uncontended_cycles: usize,
+    /// Sessions handing one lock around.
+    pub contenders: usize,
+    /// Grants per arm and round in the handoff.
+    pub handoffs: usize,
+    /// Delete-to-notification samples per round for the handoff's latency floor.
+    pub floor_samples: usize,
+    /// Tasks on one session, each on its own lock.
+    pub parallel_tasks: usize,
+    /// Cycles per task and round in the parallel scenario.
+    pub parallel_cycles: usize,
+    pub herd_waiters: usize,
+    pub scale_waiters: usize,
+    /// Sessions the herd's and scale's waiters are spread over.
+    pub waiter_sessions: usize,
+    /// Shortest window for the idle-session heartbeat count.
+    pub keepalive_window: Duration,
+}
+
+impl Plan {
+    fn new(quick: bool) -> Plan {
+        if quick {
+            Plan {
+                quick,
+                rounds: 3,
+                uncontended_cycles: 50,
+                contenders: 8,
+                handoffs: 80,
+                floor_samples: 30,
+                parallel_tasks: 64,
+                parallel_cycles: 15,
+                herd_waiters: 1000,
+                scale_waiters: 2000,
+                waiter_sessions: 10,
+                keepalive_window: Duration::from_secs(10),
+            }
+        } else {
+            Plan {
+                quick,
+                rounds: 9,
+                uncontended_cycles: 200,
+                contenders: 8,
+                handoffs: 320,
+                floor_samples: 100,
+                parallel_tasks: 64,
+                parallel_cycles: 60,
+                herd_waiters: 1000,
+                scale_waiters: 10_000,
+                waiter_sessions: 10,
+                keepalive_window: Duration::from_secs(30),
+            }
+        }
+    }
+}
+
+const SCENARIOS: [&str; 6] = [
+    "uncontended",
+    "handoff",
+    "keepalive",
+    "parallel",
+    "herd",
+    "scale",
+];
+
+struct Args {
+    plan: Plan,
+    only: Vec<String>,
+    /// Fail the run on a missed goal that noise cannot move.
+    check: bool,
+}
+
+/// Command line: `[--quick] [--check] [--only a,b] [--rounds N]`. `cargo bench` adds
+/// `--bench`, which is ignored like anything else unknown.
+fn parse_args() -> Result<Args> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mut plan = Plan::new(args.iter().any(|a| a == "--quick"));
+    let check = args.iter().any(|a| a == "--check");
+    let mut only: Vec<String> = SCENARIOS.iter().map(|s| s.to_string()).collect();
+    let value = |i: usize, name: &str| -> Result<String> {
+        let arg = &args[i];
+        match arg.split_once('=') {
+            Some((_, v)) => Ok(v.to_string()),
+            None => args
+                .get(i + 1)
+                .cloned()
+                .ok_or_else(|| format!("{name} needs a value").into()),
+        }
+    };
+    for (i, arg) in args.iter().enumerate() {
+        if arg == "--only" || arg.starts_with("--only=") {
+            only = value(i, "--only")?.split(',').map(str::to_string).collect();
+            if let Some(bad) = only.iter().find(|s| !SCENARIOS.contains(&s.as_str())) {
+                return Err(
+                    format!("unknown scenario {bad:?}; known: {}", SCENARIOS.join(", ")).into(),
+                );
+            }
+        } else if arg == "--rounds" || arg.starts_with("--rounds=") {
+            plan.rounds = value(i, "--rounds")?.parse()?;
+        }
+    }
+    Ok(Args { plan, only, check })
+}
+
+fn main() -> Result<()> {
+    let args = parse_args()?;
+    let check = args.check;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let report = runtime.block_on(run(args.plan, args.only))?;
+    if check {
+        let missed = report.missed_checks();
+        if !missed.is_empty() {
+            for goal in &missed {
+                eprintln!("[bench lock] --check: {}", goal.why());
+            }
+            eprintln!(
+                "[bench lock] --check failed: {} goal(s) that noise cannot move were missed",
+                missed.len()
+            );
+            std::process::exit(1);
+        }
+        progress(format!(
+            "--check passed: {} goal(s) that noise cannot move were met",
+            report.checked_count()
+        ));
+    }
+    Ok(())
+}
+
+async fn run(plan: Plan, only: Vec<String>) -> Result<Report> {
+    let runs = |name: &str| only.iter().any(|s| s == name);
+    let wall = Instant::now();
+    progress(format!(
+        "starting a 3-node ZooKeeper ensemble ({} run)",
+        if plan.quick { "quick" } else { "full" }
+    ));
+    let zk = Ensemble::builder()
+        .nodes(3)
+        .tick_time(TICK)
+        .max_session_timeout(SESSION_TIMEOUT * 2)
+        .start()
+        .await?;
+    let leader = zk.wait_for_leader(Duration::from_secs(30)).await?;
+    // Clients usually talk to a follower: its writes are forwarded to the leader.
+    let node = (leader + 1) % zk.len();
+    let bench = Bench::new(zk, node, plan);
+    let machine = report::machine(&bench).await;
+
+    let mut kazoo = if runs("uncontended") || runs("handoff") {
+        arms::Kazoo::start(&bench).await?
+    } else {
+        None
+    };
+    // The idle sessions sit out scenarios 1 and 2, so their window costs no extra time.
+    let idle = if runs("keepalive") {
+        Some(scenario::keepalive::Idle::start(&bench).await?)
+    } else {
+        None
+    };
+    let mut report = Report::default();
+    if runs("uncontended") {
+        scenario::uncontended::run(&bench, kazoo.as_mut(), &mut report).await?;
+    }
+    if runs("handoff") {
+        scenario::handoff::run(&bench, kazoo.as_mut(), &mut report).await?;
+    }
+    if let Some(kazoo) = kazoo.take() {
+        kazoo.quit().await;
+    }
+    if let Some(idle) = idle {
+        idle.finish(&bench, &mut report).await?;
+    }
+    if runs("parallel") {
+        scenario::parallel::run(&bench, &mut report).await?;
+    }
+    if runs("herd") {
+        scenario::herd::run(&bench, &mut report).await?;
+    }
+    if runs("scale") {
+        scenario::scale::run(&bench, &mut report).await?;
+    }
+
+    report.set("machine", machine.clone());
+    report.set(
+        "run",
+        json!({
+            "quick": bench.plan.quick,
+            "rounds": bench.plan.rounds,
+            "scenarios": only,
+            "seconds": round3(wall.elapsed().as_secs_f64()),
+            "server": bench.node,
+            "session_timeout_s": SESSION_TIMEOUT.as_secs(),
+            "tick_ms": TICK.as_millis() as u64,
+        }),
+    );
+    report.print(&machine, &bench.plan, wall.elapsed());
+    let path = report.write()?;
+    progress(format!(
+        "wrote {} ({:.0} s in all)",
+        path.display(),
+        wall.elapsed().as_secs_f64()
+    ));
+    Ok(report)
+}
+
+pub fn progress(message: impl AsRef<str>) {
+    eprintln!("[bench lock] {}", message.as_ref());
+}

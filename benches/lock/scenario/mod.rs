@@ -1,0 +1,46 @@
+//! The scenarios, one file each, in the order they run: each drives zkfence and the arms it is
+//! compared with, and adds its rows (with their goals) and its JSON to the report.
+
+pub mod handoff;
+pub mod herd;
+pub mod keepalive;
+pub mod parallel;
+mod queue;
+pub mod scale;
+pub mod uncontended;
+
+use std::future::Future;
+use std::time::Instant;
+
+use tokio::task::JoinSet;
+
+use crate::stats::Samples;
+use crate::Result;
+
+pub async fn join_all_ok(mut tasks: JoinSet<Result<()>>) -> Result<()> {
+    while let Some(joined) = tasks.join_next().await {
+        joined??;
+    }
+    Ok(())
+}
+
+/// `n` cycles of `cycle` one after the other, each timed.
+pub async fn timed_cycles<F, Fut>(n: usize, mut cycle: F) -> Result<Samples>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<()>>,
+{
+    let mut latencies = Vec::with_capacity(n);
+    let start = Instant::now();
+    for _ in 0..n {
+        let t = Instant::now();
+        cycle().await?;
+        latencies.push(t.elapsed());
+    }
+    Ok(Samples {
+        latencies,
+        ops: n,
+        elapsed: start.elapsed(),
+        ..Default::default()
+    })
+}

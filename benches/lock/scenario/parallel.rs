@@ -1,0 +1,242 @@
+//! 3. Many locks on one session: 64 tasks, each on its own lock (ours, `Client::lock`, raw
+//!    pipelined create+delete, raw create+getChildren+delete).
+
+use std::time::Instant;
+
+use serde_json::json;
+use tokio::task::JoinSet;
+use zkfence::Session;
+use zookeeper_client as zkc;
+
+use super::join_all_ok;
+use crate::arms::{mkdir, peer_acquire, peer_release, raw_cycle};
+use crate::report::{Goal, Report, Row};
+use crate::server::Bench;
+use crate::stats::{order, paired, round3, Arm, Samples};
+use crate::{progress, Result};
+
+async fn parallel_ours(session: &Session, dirs: &[String], cycles: usize) -> Result<Samples> {
+    let start = Instant::now();
+    let mut tasks = JoinSet::new();
+    for dir in dirs {
+        let lock = session.lock(dir);
+        tasks.spawn(async move {
+            for _ in 0..cycles {
+                lock.acquire().await?.release().await?;
+            }
+            Ok(())
+        });
+    }
+    join_all_ok(tasks).await?;
+    Ok(untimed(dirs.len() * cycles, start))
+}
+
+async fn parallel_peer(client: &zkc::Client, dirs: &[String], cycles: usize) -> Result<Samples> {
+    let start = Instant::now();
+    let mut tasks = JoinSet::new();
+    for dir in dirs {
+        let (client, dir) = (client.clone(), dir.clone());
+        tasks.spawn(async move {
+            for _ in 0..cycles {
+                let lock = peer_acquire(&client, &dir).await?;
+                peer_release(&client, lock).await?;
+            }
+            Ok(())
+        });
+    }
+    join_all_ok(tasks).await?;
+    Ok(untimed(dirs.len() * cycles, start))
+}
+
+/// Raw create+delete (with `list`, also the getChildren of the lock protocol), pipelined by
+/// all tasks on one connection.
+async fn parallel_raw(
+    client: &zkc::Client,
+    dirs: &[String],
+    cycles: usize,
+    list: bool,
+) -> Result<Samples> {
+    let start = Instant::now();
+    let mut tasks = JoinSet::new();
+    for dir in dirs {
+        let (client, dir) = (client.clone(), dir.clone());
+        tasks.spawn(async move {
+            for _ in 0..cycles {
+                raw_cycle(&client, &dir, list).await?;
+            }
+            Ok(())
+        });
+    }
+    join_all_ok(tasks).await?;
+    Ok(untimed(dirs.len() * cycles, start))
+}
+
+/// Throughput only: no per-cycle latencies.
+fn untimed(ops: usize, start: Instant) -> Samples {
+    Samples {
+        ops,
+        elapsed: start.elapsed(),
+        ..Default::default()
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Parallel {
+    Ours,
+    Peer,
+    Raw,
+    Floor,
+}
+
+pub async fn run(bench: &Bench, report: &mut Report) -> Result<()> {
+    let plan = &bench.plan;
+    progress(format!(
+        "3/6 parallel: {} rounds of {} tasks on one session, {} cycles each, per arm",
+        plan.rounds, plan.parallel_tasks, plan.parallel_cycles
+    ));
+    let session = bench.session().await?;
+    let peer_client = bench.raw().await?;
+    let raw_client = bench.raw().await?;
+    let floor_client = bench.raw().await?;
+    let dirs = |arm: &str| {
+        (0..plan.parallel_tasks)
+            .map(|i| bench.path(&format!("parallel/{arm}/{i}")))
+            .collect::<Vec<_>>()
+    };
+    let (ours_dirs, peer_dirs, raw_dirs, floor_dirs) =
+        (dirs("ours"), dirs("peer"), dirs("raw"), dirs("floor"));
+    for dir in raw_dirs.iter().chain(&floor_dirs) {
+        mkdir(&raw_client, dir).await?;
+    }
+    // Warm-up (creates the directories), one round's worth per arm, not measured.
+    let k = plan.parallel_cycles;
+    parallel_ours(&session, &ours_dirs, k).await?;
+    parallel_peer(&peer_client, &peer_dirs, k).await?;
+    parallel_raw(&raw_client, &raw_dirs, k, false).await?;
+    parallel_raw(&floor_client, &floor_dirs, k, true).await?;
+
+    let (mut ours, mut peer, mut raw, mut floor) = (
+        Arm::default(),
+        Arm::default(),
+        Arm::default(),
+        Arm::default(),
+    );
+    let arms = [
+        Parallel::Ours,
+        Parallel::Peer,
+        Parallel::Raw,
+        Parallel::Floor,
+    ];
+    for round in 0..plan.rounds {
+        for arm in order(&arms, round) {
+            match arm {
+                Parallel::Ours => {
+                    let work = parallel_ours(&session, &ours_dirs, k);
+                    ours.push(
+                        bench
+                            .measure_ours(std::slice::from_ref(&session), work)
+                            .await?,
+                    );
+                }
+                Parallel::Peer => {
+                    let work = parallel_peer(&peer_client, &peer_dirs, k);
+                    peer.push(
+                        bench
+                            .measure_raw(std::slice::from_ref(&peer_client), work)
+                            .await?,
+                    );
+                }
+                Parallel::Raw => {
+                    let work = parallel_raw(&raw_client, &raw_dirs, k, false);
+                    raw.push(
+                        bench
+                            .measure_raw(std::slice::from_ref(&raw_client), work)
+                            .await?,
+                    );
+                }
+                Parallel::Floor => {
+                    let work = parallel_raw(&floor_client, &floor_dirs, k, true);
+                    floor.push(
+                        bench
+                            .measure_raw(std::slice::from_ref(&floor_client), work)
+                            .await?,
+                    );
+                }
+            }
+        }
+    }
+    let vs_raw = paired(&ours, &raw, Samples::rate);
+    let vs_peer = paired(&ours, &peer, Samples::rate);
+    let vs_floor = paired(&ours, &floor, Samples::rate);
+    let floor_vs_raw = paired(&floor, &raw, Samples::rate);
+    report.set(
+        "parallel",
+        json!({
+            "tasks": plan.parallel_tasks,
+            "cycles": ours.ops(),
+            "cycles_per_s": round3(ours.rate()),
+            "peer_cycles_per_s": round3(peer.rate()),
+            "raw_cycles_per_s": round3(raw.rate()),
+            "ratio_vs_raw": round3(vs_raw.median),
+            "ratio_vs_raw_range": [round3(vs_raw.min), round3(vs_raw.max)],
+            "ratio_vs_peer": vs_peer.json(),
+            "requests_per_cycle": round3(ours.requests_per_op()),
+            "keepalives_during": ours.keepalives(),
+            "peer_requests_per_cycle": round3(peer.requests_per_op()),
+            "raw_requests_per_cycle": round3(raw.requests_per_op()),
+            "floor_cycles_per_s": round3(floor.rate()),
+            "ratio_vs_floor": vs_floor.json(),
+            "floor_ratio_vs_raw": floor_vs_raw.json(),
+            "arms": { "ours": ours.json(), "peer": peer.json(), "raw": raw.json(), "floor": floor.json() },
+        }),
+    );
+    let scenario = "3 parallel (64 locks, 1 session)";
+    report.row(
+        Row::new(scenario, "cycles/s (median of rounds)")
+            .ours(ours.rate_cell())
+            .peer(peer.rate_cell())
+            .floor(format!("{} (raw create+delete)", raw.rate_cell()))
+            .ratio(format!(
+                "ours/raw {}; ours/peer {}",
+                vs_raw.cell(),
+                vs_peer.cell()
+            ))
+            .goal(Goal::at_least("parallel.ratio_vs_raw", vs_raw.median, 0.8)),
+    );
+    report.row(
+        Row::new(scenario, "… raw create+getChildren+delete (the protocol)")
+            .floor(floor.rate_cell())
+            .ratio(format!(
+                "ours/that {}; that/raw {}",
+                vs_floor.cell(),
+                floor_vs_raw.cell()
+            )),
+    );
+    report.row(
+        Row::new(scenario, "requests per cycle (at the server)")
+            .ours(ours.requests_cell())
+            .peer(peer.requests_cell())
+            .floor(format!(
+                "{} / {}",
+                raw.requests_cell(),
+                floor.requests_cell()
+            )),
+    );
+    report.row(
+        Row::new(scenario, "client CPU per cycle (µs)")
+            .ours(ours.cpu_cell())
+            .peer(peer.cpu_cell())
+            .floor(format!("{} / {}", raw.cpu_cell(), floor.cpu_cell())),
+    );
+    report.row(
+        Row::new(scenario, "CPU share: ZooKeeper JVMs / client")
+            .ours(ours.cpu_share_cell())
+            .peer(peer.cpu_share_cell())
+            .floor(format!(
+                "{} (raw); {} (protocol)",
+                raw.cpu_share_cell(),
+                floor.cpu_share_cell()
+            )),
+    );
+    Ok(())
+}

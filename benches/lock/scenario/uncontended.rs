@@ -1,0 +1,227 @@
+//! 1. Uncontended acquire+release on one lock: ours, the raw floor, `Client::lock`, Kazoo.
+
+use serde_json::json;
+use zookeeper_client as zkc;
+
+use super::timed_cycles;
+use crate::arms::{floor_cycle, mkdir, peer_acquire, peer_release, Kazoo};
+use crate::report::{Goal, Report, Row};
+use crate::server::{Bench, Cpu};
+use crate::stats::{ms, order, paired, round3, Arm, Samples};
+use crate::{progress, Result};
+
+/// What the protocol needs: create, getChildren, delete.
+const PROTOCOL_REQUESTS: f64 = 3.0;
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Uncontended {
+    Ours,
+    Floor,
+    Peer,
+    Kazoo,
+}
+
+pub async fn run(bench: &Bench, mut kazoo: Option<&mut Kazoo>, report: &mut Report) -> Result<()> {
+    let plan = &bench.plan;
+    progress(format!(
+        "1/6 uncontended: {} rounds of {} acquire+release cycles per arm",
+        plan.rounds, plan.uncontended_cycles
+    ));
+    let session = bench.session().await?;
+    let floor_client = bench.raw().await?;
+    let peer_client = bench.raw().await?;
+    let (ours_dir, floor_dir, peer_dir, kazoo_dir) = (
+        bench.path("uncontended/ours"),
+        bench.path("uncontended/floor"),
+        bench.path("uncontended/peer"),
+        bench.path("uncontended/kazoo"),
+    );
+    let lock = session.lock(&ours_dir);
+    mkdir(&floor_client, &floor_dir).await?;
+
+    // Warm-up, one round's worth per arm (the servers' JIT and the directories), not measured:
+    // without it the first round is several times slower than the rest.
+    let n = plan.uncontended_cycles;
+    cycles_ours(&lock, n).await?;
+    cycles_floor(&floor_client, &floor_dir, n).await?;
+    cycles_peer(&peer_client, &peer_dir, n).await?;
+    if let Some(k) = kazoo.as_deref_mut() {
+        k.uncontended(&kazoo_dir, n).await?;
+    }
+
+    let mut arms: Vec<Uncontended> = vec![Uncontended::Ours, Uncontended::Floor, Uncontended::Peer];
+    if kazoo.is_some() {
+        arms.push(Uncontended::Kazoo);
+    }
+    let (mut ours, mut floor, mut peer, mut kz) = (
+        Arm::default(),
+        Arm::default(),
+        Arm::default(),
+        Arm::default(),
+    );
+    for round in 0..plan.rounds {
+        for arm in order(&arms, round) {
+            match arm {
+                Uncontended::Ours => {
+                    let work = cycles_ours(&lock, n);
+                    ours.push(
+                        bench
+                            .measure_ours(std::slice::from_ref(&session), work)
+                            .await?,
+                    );
+                }
+                Uncontended::Floor => {
+                    let work = cycles_floor(&floor_client, &floor_dir, n);
+                    floor.push(
+                        bench
+                            .measure_raw(std::slice::from_ref(&floor_client), work)
+                            .await?,
+                    );
+                }
+                Uncontended::Peer => {
+                    let work = cycles_peer(&peer_client, &peer_dir, n);
+                    peer.push(
+                        bench
+                            .measure_raw(std::slice::from_ref(&peer_client), work)
+                            .await?,
+                    );
+                }
+                Uncontended::Kazoo => {
+                    let k = kazoo.as_deref_mut().expect("kazoo arm only with kazoo");
+                    k.touch().await?;
+                    let (ids, cpu) = ([k.single], Cpu::Child(k.pid));
+                    kz.push(
+                        bench
+                            .measure(&ids, cpu, k.uncontended(&kazoo_dir, n))
+                            .await?,
+                    );
+                }
+            }
+        }
+    }
+
+    let ratio = paired(&ours, &floor, |s| ms(s.p50()));
+    let rpc = ours.requests_per_op();
+    let protocol_rpc = ours.requests_per_op_without_keepalives();
+    let peer_vs_floor = paired(&peer, &floor, |s| ms(s.p50()));
+    let kazoo_vs_floor = paired(&kz, &floor, |s| ms(s.p50()));
+    report.set(
+        "uncontended",
+        json!({
+            "cycles": ours.ops(),
+            "p50_ms": round3(ours.pct_ms(0.5)),
+            "p99_ms": round3(ours.pct_ms(0.99)),
+            "cycles_per_s": round3(ours.rate()),
+            "requests_per_cycle": round3(rpc),
+            "keepalives_during": ours.keepalives(),
+            "requests_per_cycle_without_keepalives": round3(protocol_rpc),
+            "ratio_p50_vs_floor": round3(ratio.median),
+            "ratio_p50_vs_floor_range": [round3(ratio.min), round3(ratio.max)],
+            "floor_p50_ms": round3(floor.pct_ms(0.5)),
+            "floor_p99_ms": round3(floor.pct_ms(0.99)),
+            "floor_cycles_per_s": round3(floor.rate()),
+            "floor_requests_per_cycle": round3(floor.requests_per_op()),
+            "peer_p50_ms": round3(peer.pct_ms(0.5)),
+            "peer_p99_ms": round3(peer.pct_ms(0.99)),
+            "peer_cycles_per_s": round3(peer.rate()),
+            "peer_requests_per_cycle": round3(peer.requests_per_op()),
+            "peer_ratio_p50_vs_floor": peer_vs_floor.json(),
+            "arms": { "ours": ours.json(), "floor": floor.json(), "peer": peer.json(), "kazoo": kz.json() },
+        }),
+    );
+    if kz.ran() {
+        report.set_in(
+            "kazoo",
+            "uncontended",
+            json!({
+                "p50_ms": round3(kz.pct_ms(0.5)),
+                "p99_ms": round3(kz.pct_ms(0.99)),
+                "cycles_per_s": round3(kz.rate()),
+                "requests_per_cycle": round3(kz.requests_per_op()),
+                "ratio_p50_vs_floor": kazoo_vs_floor.json(),
+            }),
+        );
+    }
+
+    let scenario = "1 uncontended";
+    report.row(
+        Row::new(scenario, "acquire+release p50 / p99 (ms)")
+            .ours(ours.latency_cell())
+            .peer(peer.latency_cell())
+            .kazoo(kz.latency_cell())
+            .floor(floor.latency_cell())
+            .ratio(format!("ours/floor p50 {}", ratio.cell()))
+            .goal(Goal::at_most(
+                "uncontended.ratio_p50_vs_floor",
+                ratio.median,
+                1.05,
+            )),
+    );
+    report.row(
+        Row::new(scenario, "cycles/s (median of rounds)")
+            .ours(ours.rate_cell())
+            .peer(peer.rate_cell())
+            .kazoo(kz.rate_cell())
+            .floor(floor.rate_cell())
+            .ratio(format!("peer/floor p50 {}", peer_vs_floor.cell())),
+    );
+    // A keepalive is per session and period, not per cycle: it is left out of the check. One
+    // request per round is the slack for a keepalive counted on one side of a window's edge
+    // and not the other; an extra request every tenth cycle would still show.
+    let tolerance = plan.rounds as f64 / ours.ops().max(1) as f64;
+    report.row(
+        Row::new(scenario, "requests per cycle (at the server)")
+            .ours(ours.requests_cell())
+            .peer(peer.requests_cell())
+            .kazoo(kz.requests_cell())
+            .floor(floor.requests_cell())
+            .ratio(kz.cell(|_| format!("kazoo/floor p50 {}", kazoo_vs_floor.cell())))
+            .goal(
+                Goal::equals(
+                    "uncontended.requests_per_cycle",
+                    protocol_rpc,
+                    PROTOCOL_REQUESTS,
+                    tolerance.max(0.005),
+                )
+                .checked()
+                .detail(format!(
+                    "{} requests at the server less {} lease-clock syncs over {} cycles; \
+                     tolerance one request per round",
+                    ours.requests(),
+                    ours.keepalives(),
+                    ours.ops()
+                )),
+            ),
+    );
+    report.row(
+        Row::new(scenario, "client CPU per cycle (µs)")
+            .ours(ours.cpu_cell())
+            .peer(peer.cpu_cell())
+            .kazoo(kz.cpu_cell())
+            .floor(floor.cpu_cell()),
+    );
+    report.row(
+        Row::new(scenario, "CPU share: ZooKeeper JVMs / client")
+            .ours(ours.cpu_share_cell())
+            .peer(peer.cpu_share_cell())
+            .kazoo(kz.cpu_share_cell())
+            .floor(floor.cpu_share_cell()),
+    );
+    Ok(())
+}
+
+async fn cycles_ours(lock: &zkfence::Lock, n: usize) -> Result<Samples> {
+    timed_cycles(n, || async { Ok(lock.acquire().await?.release().await?) }).await
+}
+
+async fn cycles_floor(client: &zkc::Client, dir: &str, n: usize) -> Result<Samples> {
+    timed_cycles(n, || floor_cycle(client, dir)).await
+}
+
+async fn cycles_peer(client: &zkc::Client, dir: &str, n: usize) -> Result<Samples> {
+    timed_cycles(n, || async {
+        let lock = peer_acquire(client, dir).await?;
+        peer_release(client, lock).await
+    })
+    .await
+}
