@@ -27,7 +27,10 @@ struct Report {
 struct Entry {
     /// Full path of the contender's node.
     node: String,
+    /// The fencing token: the node's creation zxid.
     token: u64,
+    /// The node's sequence number, which orders the queue.
+    sequence: i32,
     /// Hex (`0x…`), as ZooKeeper's own tools print it; a JSON number would lose precision.
     session_id: String,
     /// The owner id (`--id`, the candidate id, or a foreign client's data), or null.
@@ -41,6 +44,7 @@ impl Entry {
         Entry {
             node: c.node.clone(),
             token: c.token.get(),
+            sequence: c.sequence,
             session_id: session_hex(c.session_id),
             owner: c.owner.id.clone(),
             age_ms: age_ms(c.created_ms),

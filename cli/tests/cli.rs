@@ -133,7 +133,8 @@ async fn exec_passes_cmd_exit_code_and_environment() {
     let zk = shared_ensemble();
     let path = unique_path("exec-env");
     let script = r#"echo "$ZKFENCE_TOKEN|$ZKFENCE_LOCK_PATH|$ZKFENCE_NODE"; exit 7"#;
-    for expected_token in ["0", "1"] {
+    let mut tokens = vec![];
+    for _ in 0..2 {
         let ran = run(
             zkfence(
                 &zk.connect_string(),
@@ -149,11 +150,12 @@ async fn exec_passes_cmd_exit_code_and_environment() {
             ran.stderr
         );
         let fields: Vec<&str> = ran.stdout.trim().split('|').collect();
-        assert_eq!(
-            fields[0], expected_token,
-            "tokens grow with each grant: {}",
-            ran.stdout
+        let token: u64 = fields[0].parse().expect("ZKFENCE_TOKEN is a number");
+        assert!(
+            tokens.last().is_none_or(|last| token > *last),
+            "tokens grow with each grant: {tokens:?} then {token}"
         );
+        tokens.push(token);
         assert_eq!(fields[1], path);
         assert!(
             fields[2].starts_with(&format!("{path}/_c_")),
@@ -452,7 +454,14 @@ async fn elect_runs_cmd_only_while_leading() {
         "CMD's code with --once: {}",
         second.stderr
     );
-    assert_eq!(second.stdout.trim(), format!("second 1 {path}"));
+    let words: Vec<&str> = second.stdout.split_whitespace().collect();
+    assert_eq!(words.len(), 3, "{}", second.stdout);
+    assert_eq!((words[0], words[2]), ("second", path.as_str()));
+    assert!(
+        words[1].parse::<u64>().is_ok_and(|t| t > 0),
+        "ZKFENCE_TOKEN: {}",
+        second.stdout
+    );
     assert!(
         synced_children(&observer, &path).await.is_empty(),
         "the leader resigned"
@@ -472,8 +481,14 @@ async fn elect_campaigns_again_after_cmd_exits_until_signalled() {
     .spawn()
     .unwrap();
     // Each term ends when CMD exits; zkfence resigns and leads again with a newer token.
-    assert_eq!(next_line(&mut cli, Duration::from_secs(20)).await, "term 0");
-    assert_eq!(next_line(&mut cli, Duration::from_secs(20)).await, "term 1");
+    let term = |line: String| -> u64 {
+        line.strip_prefix("term ")
+            .and_then(|t| t.parse().ok())
+            .unwrap_or_else(|| panic!("not a term line: {line:?}"))
+    };
+    let first = term(next_line(&mut cli, Duration::from_secs(20)).await);
+    let second = term(next_line(&mut cli, Duration::from_secs(20)).await);
+    assert!(second > first, "a newer token each term: {first} then {second}");
     signal(&cli, libc::SIGTERM);
     let ran = finish(cli, Duration::from_secs(10)).await;
     assert_eq!(ran.code, Some(128 + libc::SIGTERM), "{}", ran.stderr);
@@ -505,20 +520,22 @@ async fn status_and_leader_report_known_queues_as_json() {
     assert_eq!(json["path"], lock_path.as_str());
     let holder = &json["holder"];
     assert_eq!(holder["owner"], "alpha");
-    assert_eq!(holder["token"], 0);
+    assert_eq!(holder["token"], lease.token().get());
+    assert_eq!(holder["sequence"], 0);
     assert_eq!(holder["node"], lease.path());
     assert_eq!(holder["session_id"], format!("0x{:x}", a.id() as u64));
     assert!(holder["age_ms"].as_u64().is_some());
     let waiters = json["waiters"].as_array().unwrap();
     assert_eq!(waiters.len(), 1);
     assert_eq!(waiters[0]["owner"], "beta");
-    assert_eq!(waiters[0]["token"], 1);
+    assert!(waiters[0]["token"].as_u64().unwrap() > lease.token().get());
+    assert_eq!(waiters[0]["sequence"], 1);
     assert_eq!(waiters[0]["session_id"], format!("0x{:x}", b.id() as u64));
     let mut keys: Vec<&String> = holder.as_object().unwrap().keys().collect();
     keys.sort();
     assert_eq!(
         keys,
-        ["age_ms", "node", "owner", "session_id", "token"],
+        ["age_ms", "node", "owner", "sequence", "session_id", "token"],
         "the contender shape is stable"
     );
 

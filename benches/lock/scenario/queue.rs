@@ -49,7 +49,6 @@ impl Drained {
             watches: after.watches - before.watches,
             wakeups: after.wakeups - before.wakeups,
             keepalives: after.keepalives - before.keepalives,
-            grant_confirms: after.grant_confirms - before.grant_confirms,
         }
     }
 }
