@@ -450,6 +450,46 @@ impl Session {
         }
     }
 
+    /// Waits until the lease clock moves — renewed, lapsed, or the session ended — and
+    /// returns the new [`valid_until`](Self::valid_until). A supervisor that must stop work
+    /// when the clock runs out (the CLI's `exec`) follows it with this.
+    ///
+    /// ```no_run
+    /// # async fn f(session: zkfence::Session) {
+    /// while let Some(until) = session.valid_until_changed().await {
+    ///     println!("vouched for another {:?}", until - tokio::time::Instant::now());
+    /// }
+    /// // The clock lapsed or the session ended.
+    /// # }
+    /// ```
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only observes.
+    pub async fn valid_until_changed(&self) -> Option<Instant> {
+        let mut rx = self.inner.shared.clock.clock.subscribe();
+        let start = *rx.borrow_and_update();
+        loop {
+            if self.valid_until().is_none() {
+                return None;
+            }
+            let valid_until = rx.borrow().valid_until;
+            tokio::select! {
+                changed = rx.changed() => {
+                    if changed.is_err() {
+                        return None;
+                    }
+                    let now = *rx.borrow_and_update();
+                    if now.valid_until != start.valid_until || now.epoch != start.epoch
+                        || now.lapsed != start.lapsed || now.state != start.state {
+                        return self.valid_until();
+                    }
+                }
+                // A clock that is not renewed lapses at valid_until: report that too.
+                _ = tokio::time::sleep_until(valid_until) => {}
+            }
+        }
+    }
+
     /// Request counters of this session.
     pub fn metrics(&self) -> SessionMetrics {
         self.inner.shared.metrics()
