@@ -8,6 +8,42 @@
 //! ([`FaultProxy::blackhole`]), lost responses ([`FaultProxy::hold_responses`]) and dropped
 //! connections ([`FaultProxy::cut`]).
 //!
+//! # Faults
+//!
+//! What each fault does, and what a test can expect of ZooKeeper (3.8) under it:
+//!
+//! * **Node crash** ([`Ensemble::kill`], SIGKILL): the node's clients see their
+//!   connection reset and move to another server within their session timeout; if it was
+//!   the leader, the others elect a new one (about `initLimit`/election time, a second or
+//!   two with the default 200 ms tick). [`Ensemble::stop`] is the graceful variant.
+//! * **Node freeze** ([`Ensemble::pause`], SIGSTOP): sockets stay open but nothing is
+//!   answered, to clients or peers; like a long GC pause. [`Ensemble::resume`] ends it.
+//! * **Client-side partition** ([`FaultProxy`], from [`Ensemble::proxy`]): between some
+//!   clients and the servers. [`FaultProxy::blackhole`] holds the bytes and keeps every
+//!   socket open (the client notices only by its own timeouts),
+//!   [`FaultProxy::hold_responses`] lets requests through and loses the answers, and
+//!   [`FaultProxy::cut`] closes the connections.
+//! * **Server-to-server partition** ([`Ensemble::isolate`], needs
+//!   [`EnsembleBuilder::peer_links`]): every node's config names the other servers at
+//!   proxies, one per directed link (quorum and election port); `isolate(i)` blackholes
+//!   every link touching node `i` (bytes held, sockets open, no reset on either side),
+//!   while `i`'s client port stays reachable and its clients stay connected. Then:
+//!   - an isolated **follower** goes on answering reads from its own, increasingly stale,
+//!     copy of the tree for up to `syncLimit × tickTime` ([`EnsembleBuilder::sync_limit`],
+//!     default 5 ticks) after the last packet from its leader; writes and `sync` from its
+//!     clients are forwarded to the leader and do not complete; the leader stops hearing
+//!     its session reports, so the sessions of its clients are expired by the leader
+//!     after their timeout. Then the follower gives up on its leader, closes its client
+//!     connections (its clients see `Disconnected` and try other servers) and does not
+//!     serve again until healed, because it cannot find a quorum.
+//!   - an isolated **leader** loses its quorum after about `syncLimit × tickTime`, drops
+//!     its clients and stops serving; the others elect a new leader among themselves
+//!     (within a few seconds) and serve reads and writes.
+//!   - [`Ensemble::heal_peers`] / [`Ensemble::heal_all_peers`]: held bytes flow again
+//!     and the node rejoins as a follower within seconds ([`Ensemble::mode`] shows it).
+//!
+//!   [`Ensemble::peer_link`] gives the proxy of one directed link for finer faults.
+//!
 //! # Requirements
 //!
 //! A Java runtime (`$JAVA_HOME/bin/java`, else `java` on `PATH`) and a ZooKeeper server:

@@ -8,19 +8,38 @@ use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::path::Path;
 use std::sync::Mutex;
 
+use super::peers::PeerLinks;
 use super::ports::{random_loopback_ip, reserve_ports};
 use super::{Ensemble, Node};
 use crate::HarnessError;
 
+/// What every server of an ensemble is configured with (the builder's settings, checked).
+#[derive(Debug, Clone)]
+pub(super) struct ServerSettings {
+    /// `tickTime`, in ms.
+    pub(super) tick: u64,
+    /// `initLimit`, in ticks.
+    pub(super) init_limit: u32,
+    /// `syncLimit`, in ticks.
+    pub(super) sync_limit: u32,
+    /// `minSessionTimeout`, in ms.
+    pub(super) min_session: u64,
+    /// `maxSessionTimeout`, in ms.
+    pub(super) max_session: u64,
+    /// Java system properties (`-Dkey=value`) for every server JVM.
+    pub(super) jvm_props: Vec<(String, String)>,
+}
+
 impl Ensemble {
     /// Picks ports and writes the config and data dir of every node (wiping earlier ones).
-    pub(super) fn prepare_nodes(
+    /// With `peer_links`, also starts the proxies on the server-to-server links and points
+    /// each node's config at them for the other servers.
+    pub(super) async fn prepare_nodes(
         &self,
         n: usize,
-        tick: u64,
-        min_session: u64,
-        max_session: u64,
-    ) -> Result<Vec<Node>, HarnessError> {
+        settings: &ServerSettings,
+        peer_links: bool,
+    ) -> Result<(Vec<Node>, Option<PeerLinks>), HarnessError> {
         // The listeners hold the ports until the servers are about to be spawned.
         let mut taken = HashSet::new();
         let clients = reserve_ports(Ipv4Addr::LOCALHOST, n, &mut taken)?;
@@ -35,13 +54,17 @@ impl Ensemble {
         } else {
             Vec::new()
         };
-        let mut servers = String::new();
-        if n > 1 {
-            for id in 1..=n {
-                let (p, e) = (peers[2 * (id - 1)].0, peers[2 * (id - 1) + 1].0);
-                let _ = writeln!(servers, "server.{id}={peer_ip}:{p}:{e}");
-            }
-        }
+        let at = |port: u16| SocketAddr::V4(SocketAddrV4::new(peer_ip, port));
+        // Each server's own (quorum, election) addresses: the ones it binds.
+        let real: Vec<(SocketAddr, SocketAddr)> = peers
+            .chunks(2)
+            .map(|pe| (at(pe[0].0), at(pe[1].0)))
+            .collect();
+        let links = if peer_links {
+            Some(PeerLinks::start(&real).await?)
+        } else {
+            None
+        };
         let mut nodes = Vec::with_capacity(n);
         for (idx, (client_port, _)) in clients.iter().enumerate() {
             let id = idx + 1;
@@ -52,23 +75,23 @@ impl Ensemble {
             let data = dir.join("data");
             fs::create_dir_all(&data)?;
             fs::write(data.join("myid"), format!("{id}\n"))?;
+            let mut servers = String::new();
+            for (k, &own) in real.iter().enumerate() {
+                let (q, e) = match &links {
+                    Some(links) if k != idx => links.addrs(idx, k),
+                    _ => own,
+                };
+                let _ = writeln!(
+                    servers,
+                    "server.{}={}:{}:{}",
+                    k + 1,
+                    q.ip(),
+                    q.port(),
+                    e.port()
+                );
+            }
             let config = dir.join("zoo.cfg");
-            let text = format!(
-                "tickTime={tick}\n\
-                 initLimit=10\n\
-                 syncLimit=5\n\
-                 dataDir={data}\n\
-                 clientPort={client_port}\n\
-                 clientPortAddress=127.0.0.1\n\
-                 4lw.commands.whitelist=*\n\
-                 admin.enableServer=false\n\
-                 minSessionTimeout={min_session}\n\
-                 maxSessionTimeout={max_session}\n\
-                 maxClientCnxns=0\n\
-                 {servers}",
-                data = data.display(),
-            );
-            fs::write(&config, text)?;
+            fs::write(&config, zoo_cfg(settings, &data, *client_port, &servers))?;
             nodes.push(Node {
                 log: dir.join("zookeeper.log"),
                 config,
@@ -79,8 +102,32 @@ impl Ensemble {
         }
         drop(clients);
         drop(peers);
-        Ok(nodes)
+        Ok((nodes, links))
     }
+}
+
+/// The text of one node's `zoo.cfg`; `servers` holds its `server.N=...` lines.
+fn zoo_cfg(s: &ServerSettings, data: &Path, client_port: u16, servers: &str) -> String {
+    format!(
+        "tickTime={tick}\n\
+         initLimit={init}\n\
+         syncLimit={sync}\n\
+         dataDir={data}\n\
+         clientPort={client_port}\n\
+         clientPortAddress=127.0.0.1\n\
+         4lw.commands.whitelist=*\n\
+         admin.enableServer=false\n\
+         minSessionTimeout={min}\n\
+         maxSessionTimeout={max}\n\
+         maxClientCnxns=0\n\
+         {servers}",
+        tick = s.tick,
+        init = s.init_limit,
+        sync = s.sync_limit,
+        min = s.min_session,
+        max = s.max_session,
+        data = data.display(),
+    )
 }
 
 /// Logging to stdout (redirected to the node's log) for log4j 1.2 (Debian) and logback

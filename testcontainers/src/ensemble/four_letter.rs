@@ -22,6 +22,23 @@ impl Ensemble {
             .map(|(text, _)| text)
     }
 
+    /// The `Mode:` node `i` reports in `srvr` (`"leader"`, `"follower"`, `"standalone"`,
+    /// ...), or `None` if it does not answer with one in 2 s (not serving, paused, down).
+    ///
+    /// ```no_run
+    /// # async fn example(zk: &zkfence_testcontainers::Ensemble) {
+    /// if zk.mode(0).await.as_deref() == Some("follower") {
+    ///     println!("node 0 follows");
+    /// }
+    /// # }
+    /// ```
+    pub async fn mode(&self, i: usize) -> Option<String> {
+        let (text, _) = four_letter_at(self.nodes[i].client, "srvr", FOUR_LETTER_TIMEOUT)
+            .await
+            .ok()?;
+        mode_of(&text).map(str::to_owned)
+    }
+
     /// Whether node `i` serves clients: it answers `srvr` with a `Mode:` line.
     pub async fn serving(&self, i: usize) -> bool {
         self.serving_within(i, FOUR_LETTER_TIMEOUT).await

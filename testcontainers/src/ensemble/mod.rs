@@ -7,6 +7,7 @@
 
 mod config;
 mod four_letter;
+mod peers;
 mod ports;
 mod process;
 
@@ -21,9 +22,10 @@ use std::time::{Duration, Instant};
 use crate::locate::ServerDist;
 use crate::{FaultProxy, HarnessError};
 
-use config::write_logging_configs;
+use config::{write_logging_configs, ServerSettings};
 pub use four_letter::ConnectionInfo;
 use four_letter::{four_letter_at, mode_of, FOUR_LETTER_TIMEOUT};
+use peers::PeerLinks;
 use process::Watchdog;
 
 /// How often readiness is polled.
@@ -58,6 +60,8 @@ pub struct Ensemble {
     dir: Option<tempfile::TempDir>,
     dir_path: PathBuf,
     nodes: Vec<Node>,
+    settings: ServerSettings,
+    peers: Option<PeerLinks>,
     watchdog: Mutex<Option<Watchdog>>,
 }
 
@@ -77,6 +81,10 @@ pub struct EnsembleBuilder {
     nodes: usize,
     tick_time: Duration,
     max_session_timeout: Option<Duration>,
+    min_session_timeout: Option<Duration>,
+    sync_limit: u32,
+    peer_links: bool,
+    system_properties: Vec<(String, String)>,
     start_timeout: Duration,
 }
 
@@ -86,6 +94,10 @@ impl Default for EnsembleBuilder {
             nodes: 3,
             tick_time: Duration::from_millis(200),
             max_session_timeout: None,
+            min_session_timeout: None,
+            sync_limit: 5,
+            peer_links: false,
+            system_properties: Vec::new(),
             start_timeout: Duration::from_secs(60),
         }
     }
@@ -108,9 +120,108 @@ impl EnsembleBuilder {
     }
 
     /// The longest session timeout the servers grant (`maxSessionTimeout`), default
-    /// 20 × tick. The shortest (`minSessionTimeout`) is 2 × tick.
+    /// 20 × tick (or the [`min_session_timeout`](Self::min_session_timeout), if that is
+    /// longer). The shortest is 2 × tick unless set.
     pub fn max_session_timeout(mut self, t: Duration) -> Self {
         self.max_session_timeout = Some(t);
+        self
+    }
+
+    /// The shortest session timeout the servers grant (`minSessionTimeout`), default
+    /// 2 × tick. A client asking for less gets this.
+    ///
+    /// ```no_run
+    /// # async fn example() -> Result<(), zkfence_testcontainers::HarnessError> {
+    /// use std::time::Duration;
+    /// // Sessions of at least 4 s, whatever the client asks for.
+    /// let zk = zkfence_testcontainers::Ensemble::builder()
+    ///     .min_session_timeout(Duration::from_secs(4))
+    ///     .start()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn min_session_timeout(mut self, t: Duration) -> Self {
+        self.min_session_timeout = Some(t);
+        self
+    }
+
+    /// ZooKeeper's `syncLimit`, in ticks, default 5: how long a follower goes on without
+    /// hearing from its leader (and the leader without a quorum of followers) before it
+    /// gives up on it. A follower cut off from its leader answers reads from its own copy
+    /// of the tree for up to `sync_limit × tick_time`, then drops its clients.
+    ///
+    /// ```no_run
+    /// # async fn example() -> Result<(), zkfence_testcontainers::HarnessError> {
+    /// use std::time::Duration;
+    /// // A follower notices a lost leader after 10 × 200 ms = 2 s.
+    /// let zk = zkfence_testcontainers::Ensemble::builder()
+    ///     .tick_time(Duration::from_millis(200))
+    ///     .sync_limit(10)
+    ///     .start()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn sync_limit(mut self, ticks: u32) -> Self {
+        self.sync_limit = ticks;
+        self
+    }
+
+    /// Puts a proxy on every server-to-server link (quorum and election ports, each
+    /// direction), so that [`Ensemble::isolate`] can cut a server off from its peers while
+    /// its clients stay connected. Off by default: the links are then direct.
+    ///
+    /// ```no_run
+    /// # async fn example() -> Result<(), zkfence_testcontainers::HarnessError> {
+    /// let zk = zkfence_testcontainers::Ensemble::builder()
+    ///     .nodes(3)
+    ///     .peer_links(true)
+    ///     .start()
+    ///     .await?;
+    /// zk.isolate(0);
+    /// // ... node 0 still accepts clients, but hears nothing from the other two ...
+    /// zk.heal_all_peers();
+    /// # Ok(()) }
+    /// ```
+    pub fn peer_links(mut self, on: bool) -> Self {
+        self.peer_links = on;
+        self
+    }
+
+    /// Sets the Java system property `znode.container.checkIntervalMs` of every server: how
+    /// often the leader looks for container nodes without children (and expired TTL nodes)
+    /// to delete. ZooKeeper's default is 60 s; a test of container cleanup wants a fraction
+    /// of a second. (The leader deletes at most `znode.container.maxPerMinute` of them a
+    /// minute, 10,000 by default.)
+    ///
+    /// ```no_run
+    /// # async fn example() -> Result<(), zkfence_testcontainers::HarnessError> {
+    /// use std::time::Duration;
+    /// let zk = zkfence_testcontainers::Ensemble::builder()
+    ///     .container_check_interval(Duration::from_millis(100))
+    ///     .start()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn container_check_interval(self, t: Duration) -> Self {
+        let ms = t.as_millis().max(1);
+        self.system_property("znode.container.checkIntervalMs", ms.to_string())
+    }
+
+    /// Sets a Java system property (`-Dkey=value`) of every server JVM, e.g.
+    /// `zookeeper.commitLogCount`. Setting a key again replaces its value.
+    ///
+    /// ```no_run
+    /// # async fn example() -> Result<(), zkfence_testcontainers::HarnessError> {
+    /// let zk = zkfence_testcontainers::Ensemble::builder()
+    ///     .system_property("zookeeper.snapCount", "1000")
+    ///     .start()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn system_property(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        let key = key.into();
+        self.system_properties.retain(|(k, _)| *k != key);
+        self.system_properties.push((key, value.into()));
         self
     }
 
@@ -137,17 +248,33 @@ impl EnsembleBuilder {
                 "tick_time must be at least 1 ms".into(),
             ));
         }
-        let min_session = 2 * tick;
+        if self.sync_limit == 0 {
+            return Err(HarnessError::InvalidConfig(
+                "sync_limit must be at least 1 tick".into(),
+            ));
+        }
+        let min_session = self
+            .min_session_timeout
+            .map(|t| t.as_millis() as u64)
+            .unwrap_or(2 * tick);
         let max_session = self
             .max_session_timeout
             .map(|t| t.as_millis() as u64)
-            .unwrap_or(20 * tick);
+            .unwrap_or((20 * tick).max(min_session));
         if max_session < min_session {
             return Err(HarnessError::InvalidConfig(format!(
                 "max_session_timeout ({max_session} ms) is below the minimum session timeout \
-                 2 × tick ({min_session} ms)"
+                 ({min_session} ms)"
             )));
         }
+        let settings = ServerSettings {
+            tick,
+            init_limit: 10,
+            sync_limit: self.sync_limit,
+            min_session,
+            max_session,
+            jvm_props: self.system_properties.clone(),
+        };
         let dist = ServerDist::locate()?;
         let dir = tempfile::Builder::new()
             .prefix("zkt-")
@@ -160,6 +287,8 @@ impl EnsembleBuilder {
             dir: Some(dir),
             dir_path,
             nodes: Vec::new(),
+            settings,
+            peers: None,
             watchdog: Mutex::new(Some(watchdog)),
         };
         let started = Instant::now();
@@ -167,7 +296,12 @@ impl EnsembleBuilder {
         let mut attempt = 1;
         loop {
             ensemble.kill_all();
-            ensemble.nodes = ensemble.prepare_nodes(self.nodes, tick, min_session, max_session)?;
+            ensemble.peers = None;
+            let (nodes, peers) = ensemble
+                .prepare_nodes(self.nodes, &ensemble.settings, self.peer_links)
+                .await?;
+            ensemble.nodes = nodes;
+            ensemble.peers = peers;
             for i in 0..ensemble.nodes.len() {
                 ensemble.spawn(i)?;
             }
@@ -405,6 +539,8 @@ impl Drop for Ensemble {
             );
         }
         self.kill_all();
+        // The servers are gone: nothing is relayed any more.
+        drop(self.peers.take());
         if let Some(dir) = self.dir.take() {
             if let Err(e) = dir.close() {
                 tracing::warn!(%e, "could not remove the ensemble dir");

@@ -160,6 +160,12 @@ impl Ensemble {
             "-Dzookeeper.jmx.log4j.disable=true",
         ])
         .arg(format!("-Dzookeeper.log.dir={}", node.dir.display()))
+        .args(
+            self.settings
+                .jvm_props
+                .iter()
+                .map(|(k, v)| format!("-D{k}={v}")),
+        )
         .arg(format!(
             "-Dlog4j.configuration=file:{}",
             dir.join("log4j.properties").display()
