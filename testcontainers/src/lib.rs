@@ -6,7 +6,13 @@
 //! and restart single nodes, ask them four-letter words (`srvr`, `cons`, `mntr`, ...), and
 //! put a [`FaultProxy`] between clients and servers to fake network partitions
 //! ([`FaultProxy::blackhole`]), lost responses ([`FaultProxy::hold_responses`]) and dropped
-//! connections ([`FaultProxy::cut`]).
+//! connections ([`FaultProxy::cut`]). With
+//! [`EnsembleBuilder::peer_links`] it also cuts one server off from its peers while its
+//! clients stay connected ([`Ensemble::isolate`]).
+//!
+//! [`Postgres`] starts a throwaway PostgreSQL server the same way (Debian's `postgresql`
+//! binaries, a cluster in a temporary directory, a free loopback port, the same cleanup
+//! guarantees), for tests of fencing where the data lives.
 //!
 //! # Faults
 //!
@@ -52,6 +58,10 @@
 //! ZooKeeper 3.8.0 and Java 17. Each server takes about 0.5–1.5 s to start and ~150 MB of
 //! memory.
 //!
+//! PostgreSQL, for [`Postgres`] only: `apt-get install -y postgresql` (any major version,
+//! found under `/usr/lib/postgresql/*/bin`), or `PG_BINDIR` pointing at its binaries. As
+//! root, the server runs as the `postgres` user the package creates.
+//!
 //! # Isolation and hygiene
 //!
 //! Every ensemble has its own directory, client ports on `127.0.0.1` picked below the
@@ -59,7 +69,10 @@
 //! own, so ensembles of tests running in parallel (threads or processes) do not collide.
 //! Dropping an ensemble kills its servers and removes its directory (and, when the test is
 //! panicking, prints the tail of the server logs first). If the test process dies without
-//! dropping it, a watchdog process does the cleaning.
+//! dropping it, a watchdog process does the cleaning. The same holds for a [`Postgres`]:
+//! dropped, it shuts down fast and its directory goes; after a crash of the test process
+//! its watchdog kills the postmaster and every backend (each marked with the instance's
+//! directory name), removes its shared memory segment and the directory.
 //!
 //! # Example
 //!
@@ -96,9 +109,12 @@
 
 mod ensemble;
 mod error;
+mod hygiene;
 mod locate;
+mod postgres;
 mod proxy;
 
 pub use ensemble::{ConnectionInfo, Ensemble, EnsembleBuilder};
 pub use error::HarnessError;
+pub use postgres::{Postgres, PostgresBuilder};
 pub use proxy::FaultProxy;

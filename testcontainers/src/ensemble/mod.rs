@@ -8,7 +8,7 @@
 mod config;
 mod four_letter;
 mod peers;
-mod ports;
+pub(crate) mod ports;
 mod process;
 
 use std::fs::File;
@@ -22,11 +22,11 @@ use std::time::{Duration, Instant};
 use crate::locate::ServerDist;
 use crate::{FaultProxy, HarnessError};
 
+use crate::hygiene::Watchdog;
 use config::{write_logging_configs, ServerSettings};
 pub use four_letter::ConnectionInfo;
 use four_letter::{four_letter_at, mode_of, FOUR_LETTER_TIMEOUT};
 use peers::PeerLinks;
-use process::Watchdog;
 
 /// How often readiness is polled.
 const POLL_INTERVAL: Duration = Duration::from_millis(50);
@@ -281,7 +281,7 @@ impl EnsembleBuilder {
             .tempdir_in(std::env::temp_dir())?;
         let dir_path = dir.path().to_path_buf();
         write_logging_configs(&dir_path)?;
-        let watchdog = Watchdog::spawn(&dir_path)?;
+        let watchdog = Watchdog::for_dir(&dir_path)?;
         let mut ensemble = Ensemble {
             dist,
             dir: Some(dir),
@@ -553,7 +553,7 @@ impl Drop for Ensemble {
 }
 
 /// The last `max` bytes of a file, lossily decoded; empty if unreadable.
-fn read_tail(path: &Path, max: usize) -> String {
+pub(crate) fn read_tail(path: &Path, max: usize) -> String {
     let Ok(mut f) = File::open(path) else {
         return String::new();
     };

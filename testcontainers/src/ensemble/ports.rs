@@ -45,7 +45,7 @@ fn port_range() -> Option<(u16, u16)> {
 
 /// Binds `count` distinct free ports on `ip` and keeps them bound (the listeners) until the
 /// caller drops them.
-pub(super) fn reserve_ports(
+pub(crate) fn reserve_ports(
     ip: Ipv4Addr,
     count: usize,
     taken: &mut HashSet<u16>,

@@ -1,15 +1,15 @@
 //! The server JVMs: spawning each in a process group of its own, signalling (kill, stop,
-//! pause, resume), and the watchdog that cleans up after a process that died without
-//! dropping its ensemble.
+//! pause, resume). The watchdog that cleans up after a process that died without dropping
+//! its ensemble lives in `crate::hygiene` (the PostgreSQL harness uses it too).
 
 use std::fs::{self, OpenOptions};
-use std::io::{self, Write as _};
+use std::io::Write as _;
 use std::os::unix::process::CommandExt;
-use std::path::Path;
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use super::{Ensemble, NODE_START_TIMEOUT};
+use crate::hygiene::{kill_and_reap, signal_group};
 use crate::HarnessError;
 
 const MAIN_CLASS: &str = "org.apache.zookeeper.server.quorum.QuorumPeerMain";
@@ -19,20 +19,6 @@ const STOP_GRACE: Duration = Duration::from_secs(3);
 
 /// How long [`Ensemble::pause`] waits for the server's threads to stop.
 const PAUSE_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// Kills every process whose command line contains the ensemble dir, then removes the dir,
-/// once its stdin reaches EOF, i.e. when the owning process is gone (or dropped the
-/// ensemble). The dir is passed in the environment, so this shell's own command line does
-/// not contain it and `pkill` cannot match the watchdog itself.
-const WATCHDOG_SCRIPT: &str =
-    r#"trap '' INT HUP; read _; pkill -KILL -f -- "$ZKT_PATTERN"; rm -rf -- "$ZKT_DIR""#;
-
-/// The watchdog shell and the write end of its stdin pipe.
-#[derive(Debug)]
-pub(super) struct Watchdog {
-    child: Child,
-    stdin: Option<ChildStdin>,
-}
 
 impl Ensemble {
     /// Kills node `i` with SIGKILL (its whole process group, also when paused) and reaps
@@ -199,44 +185,6 @@ impl Ensemble {
     }
 }
 
-impl Watchdog {
-    pub(super) fn spawn(dir: &Path) -> io::Result<Watchdog> {
-        // A trailing slash so that the pattern cannot match a sibling dir with a longer name.
-        let dir_slash = format!("{}/", dir.display());
-        let mut child = Command::new("/bin/sh")
-            .arg("-c")
-            .arg(WATCHDOG_SCRIPT)
-            .env("ZKT_DIR", &dir_slash)
-            .env("ZKT_PATTERN", regex_escape(&dir_slash))
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            // Its own group: not hit by terminal signals to ours, nor by our group kills.
-            .process_group(0)
-            .spawn()?;
-        let stdin = child.stdin.take();
-        Ok(Watchdog { child, stdin })
-    }
-
-    /// Lets the watchdog go after the ensemble cleaned up itself.
-    pub(super) fn dismiss(mut self) {
-        // EOF on its stdin: it finds nothing to kill and nothing to remove, and exits.
-        drop(self.stdin.take());
-        let _ = self.child.wait();
-    }
-}
-
-/// Sends `sig` to the process group led by `child` (and to `child` itself).
-fn signal_group(child: &Child, sig: libc::c_int) {
-    // The child is not reaped yet, so its pid (= its group id) cannot have been reused.
-    let pid = child.id() as libc::pid_t;
-    // SAFETY: kill(2) has no memory-safety preconditions.
-    unsafe {
-        libc::kill(-pid, sig);
-        libc::kill(pid, sig);
-    }
-}
-
 /// Whether every thread of process `pid` is stopped; `None` if the process is gone.
 fn all_threads_stopped(pid: u32) -> Option<bool> {
     let tasks = fs::read_dir(format!("/proc/{pid}/task")).ok()?;
@@ -253,30 +201,4 @@ fn all_threads_stopped(pid: u32) -> Option<bool> {
         }
     }
     Some(true)
-}
-
-fn kill_and_reap(mut child: Child) {
-    signal_group(&child, libc::SIGKILL);
-    let _ = child.wait();
-}
-
-fn regex_escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        if "\\.^$*+?()[]{}|".contains(c) {
-            out.push('\\');
-        }
-        out.push(c);
-    }
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn escapes_regex() {
-        assert_eq!(regex_escape("/tmp/a.b+c/"), r"/tmp/a\.b\+c/");
-    }
 }
