@@ -2,7 +2,8 @@
 
 use std::time::Duration;
 
-/// Everything that can go wrong while setting up or driving an [`Ensemble`](crate::Ensemble).
+/// Everything that can go wrong while setting up or driving an [`Ensemble`](crate::Ensemble)
+/// or a [`Postgres`](crate::Postgres).
 ///
 /// Errors about a node that failed to come up carry the tail of that node's log, so a
 /// failing test shows why the server did not start.
@@ -30,6 +31,26 @@ pub enum HarnessError {
     ZooKeeperNotFound {
         /// The places that were looked at, for the message.
         searched: String,
+    },
+
+    /// No PostgreSQL server binaries (`initdb`, `postgres`) were found.
+    #[error(
+        "no PostgreSQL server found (looked at: {searched}); install it with \
+         `apt-get install -y postgresql`, or set PG_BINDIR to the directory that holds its \
+         `initdb` and `postgres` binaries"
+    )]
+    PostgresNotFound {
+        /// The places that were looked at, for the message.
+        searched: String,
+    },
+
+    /// A PostgreSQL step (initdb, start, creating the database) failed.
+    #[error("PostgreSQL: {what}; last log lines:\n{log_tail}")]
+    Postgres {
+        /// What failed, and why if known.
+        what: String,
+        /// The last lines of the server's (or initdb's) log.
+        log_tail: String,
     },
 
     /// An I/O error while preparing directories, spawning processes or talking to a server.

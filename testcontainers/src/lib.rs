@@ -6,7 +6,49 @@
 //! and restart single nodes, ask them four-letter words (`srvr`, `cons`, `mntr`, ...), and
 //! put a [`FaultProxy`] between clients and servers to fake network partitions
 //! ([`FaultProxy::blackhole`]), lost responses ([`FaultProxy::hold_responses`]) and dropped
-//! connections ([`FaultProxy::cut`]).
+//! connections ([`FaultProxy::cut`]). With
+//! [`EnsembleBuilder::peer_links`] it also cuts one server off from its peers while its
+//! clients stay connected ([`Ensemble::isolate`]).
+//!
+//! [`Postgres`] starts a throwaway PostgreSQL server the same way (Debian's `postgresql`
+//! binaries, a cluster in a temporary directory, a free loopback port, the same cleanup
+//! guarantees), for tests of fencing where the data lives.
+//!
+//! # Faults
+//!
+//! What each fault does, and what a test can expect of ZooKeeper (3.8) under it:
+//!
+//! * **Node crash** ([`Ensemble::kill`], SIGKILL): the node's clients see their
+//!   connection reset and move to another server within their session timeout; if it was
+//!   the leader, the others elect a new one (about `initLimit`/election time, a second or
+//!   two with the default 200 ms tick). [`Ensemble::stop`] is the graceful variant.
+//! * **Node freeze** ([`Ensemble::pause`], SIGSTOP): sockets stay open but nothing is
+//!   answered, to clients or peers; like a long GC pause. [`Ensemble::resume`] ends it.
+//! * **Client-side partition** ([`FaultProxy`], from [`Ensemble::proxy`]): between some
+//!   clients and the servers. [`FaultProxy::blackhole`] holds the bytes and keeps every
+//!   socket open (the client notices only by its own timeouts),
+//!   [`FaultProxy::hold_responses`] lets requests through and loses the answers, and
+//!   [`FaultProxy::cut`] closes the connections.
+//! * **Server-to-server partition** ([`Ensemble::isolate`], needs
+//!   [`EnsembleBuilder::peer_links`]): every node's config names the other servers at
+//!   proxies, one per directed link (quorum and election port); `isolate(i)` blackholes
+//!   every link touching node `i` (bytes held, sockets open, no reset on either side),
+//!   while `i`'s client port stays reachable and its clients stay connected. Then:
+//!   - an isolated **follower** goes on answering reads from its own, increasingly stale,
+//!     copy of the tree for up to `syncLimit × tickTime` ([`EnsembleBuilder::sync_limit`],
+//!     default 5 ticks) after the last packet from its leader; writes and `sync` from its
+//!     clients are forwarded to the leader and do not complete; the leader stops hearing
+//!     its session reports, so the sessions of its clients are expired by the leader
+//!     after their timeout. Then the follower gives up on its leader, closes its client
+//!     connections (its clients see `Disconnected` and try other servers) and does not
+//!     serve again until healed, because it cannot find a quorum.
+//!   - an isolated **leader** loses its quorum after about `syncLimit × tickTime`, drops
+//!     its clients and stops serving; the others elect a new leader among themselves
+//!     (within a few seconds) and serve reads and writes.
+//!   - [`Ensemble::heal_peers`] / [`Ensemble::heal_all_peers`]: held bytes flow again
+//!     and the node rejoins as a follower within seconds ([`Ensemble::mode`] shows it).
+//!
+//!   [`Ensemble::peer_link`] gives the proxy of one directed link for finer faults.
 //!
 //! # Requirements
 //!
@@ -16,6 +58,10 @@
 //! ZooKeeper 3.8.0 and Java 17. Each server takes about 0.5–1.5 s to start and ~150 MB of
 //! memory.
 //!
+//! PostgreSQL, for [`Postgres`] only: `apt-get install -y postgresql` (any major version,
+//! found under `/usr/lib/postgresql/*/bin`), or `PG_BINDIR` pointing at its binaries. As
+//! root, the server runs as the `postgres` user the package creates.
+//!
 //! # Isolation and hygiene
 //!
 //! Every ensemble has its own directory, client ports on `127.0.0.1` picked below the
@@ -23,7 +69,10 @@
 //! own, so ensembles of tests running in parallel (threads or processes) do not collide.
 //! Dropping an ensemble kills its servers and removes its directory (and, when the test is
 //! panicking, prints the tail of the server logs first). If the test process dies without
-//! dropping it, a watchdog process does the cleaning.
+//! dropping it, a watchdog process does the cleaning. The same holds for a [`Postgres`]:
+//! dropped, it shuts down fast and its directory goes; after a crash of the test process
+//! its watchdog kills the postmaster and every backend (each marked with the instance's
+//! directory name), removes its shared memory segment and the directory.
 //!
 //! # Example
 //!
@@ -60,9 +109,12 @@
 
 mod ensemble;
 mod error;
+mod hygiene;
 mod locate;
+mod postgres;
 mod proxy;
 
 pub use ensemble::{ConnectionInfo, Ensemble, EnsembleBuilder};
 pub use error::HarnessError;
+pub use postgres::{Postgres, PostgresBuilder};
 pub use proxy::FaultProxy;

@@ -1,0 +1,155 @@
+//! What each node reads at start: its `zoo.cfg`, its `myid`, and the logging configs.
+
+use std::collections::HashSet;
+use std::fmt::Write as _;
+use std::fs;
+use std::io;
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::path::Path;
+use std::sync::Mutex;
+
+use super::peers::PeerLinks;
+use super::ports::{random_loopback_ip, reserve_ports};
+use super::{Ensemble, Node};
+use crate::HarnessError;
+
+/// What every server of an ensemble is configured with (the builder's settings, checked).
+#[derive(Debug, Clone)]
+pub(super) struct ServerSettings {
+    /// `tickTime`, in ms.
+    pub(super) tick: u64,
+    /// `initLimit`, in ticks.
+    pub(super) init_limit: u32,
+    /// `syncLimit`, in ticks.
+    pub(super) sync_limit: u32,
+    /// `minSessionTimeout`, in ms.
+    pub(super) min_session: u64,
+    /// `maxSessionTimeout`, in ms.
+    pub(super) max_session: u64,
+    /// Java system properties (`-Dkey=value`) for every server JVM.
+    pub(super) jvm_props: Vec<(String, String)>,
+}
+
+impl Ensemble {
+    /// Picks ports and writes the config and data dir of every node (wiping earlier ones).
+    /// With `peer_links`, also starts the proxies on the server-to-server links and points
+    /// each node's config at them for the other servers.
+    pub(super) async fn prepare_nodes(
+        &self,
+        n: usize,
+        settings: &ServerSettings,
+        peer_links: bool,
+    ) -> Result<(Vec<Node>, Option<PeerLinks>), HarnessError> {
+        // The listeners hold the ports until the servers are about to be spawned.
+        let mut taken = HashSet::new();
+        let clients = reserve_ports(Ipv4Addr::LOCALHOST, n, &mut taken)?;
+        let peer_ip = if n > 1 {
+            random_loopback_ip()
+        } else {
+            Ipv4Addr::LOCALHOST
+        };
+        let mut peer_taken = HashSet::new();
+        let peers = if n > 1 {
+            reserve_ports(peer_ip, 2 * n, &mut peer_taken)?
+        } else {
+            Vec::new()
+        };
+        let at = |port: u16| SocketAddr::V4(SocketAddrV4::new(peer_ip, port));
+        // Each server's own (quorum, election) addresses: the ones it binds.
+        let real: Vec<(SocketAddr, SocketAddr)> = peers
+            .chunks(2)
+            .map(|pe| (at(pe[0].0), at(pe[1].0)))
+            .collect();
+        let links = if peer_links {
+            Some(PeerLinks::start(&real).await?)
+        } else {
+            None
+        };
+        let mut nodes = Vec::with_capacity(n);
+        for (idx, (client_port, _)) in clients.iter().enumerate() {
+            let id = idx + 1;
+            let dir = self.dir_path.join(format!("node{id}"));
+            if dir.exists() {
+                fs::remove_dir_all(&dir)?;
+            }
+            let data = dir.join("data");
+            fs::create_dir_all(&data)?;
+            fs::write(data.join("myid"), format!("{id}\n"))?;
+            let mut servers = String::new();
+            for (k, &own) in real.iter().enumerate() {
+                let (q, e) = match &links {
+                    Some(links) if k != idx => links.addrs(idx, k),
+                    _ => own,
+                };
+                let _ = writeln!(
+                    servers,
+                    "server.{}={}:{}:{}",
+                    k + 1,
+                    q.ip(),
+                    q.port(),
+                    e.port()
+                );
+            }
+            let config = dir.join("zoo.cfg");
+            fs::write(&config, zoo_cfg(settings, &data, *client_port, &servers))?;
+            nodes.push(Node {
+                log: dir.join("zookeeper.log"),
+                config,
+                dir,
+                client: SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, *client_port)),
+                process: Mutex::new(None),
+            });
+        }
+        drop(clients);
+        drop(peers);
+        Ok((nodes, links))
+    }
+}
+
+/// The text of one node's `zoo.cfg`; `servers` holds its `server.N=...` lines.
+fn zoo_cfg(s: &ServerSettings, data: &Path, client_port: u16, servers: &str) -> String {
+    format!(
+        "tickTime={tick}\n\
+         initLimit={init}\n\
+         syncLimit={sync}\n\
+         dataDir={data}\n\
+         clientPort={client_port}\n\
+         clientPortAddress=127.0.0.1\n\
+         4lw.commands.whitelist=*\n\
+         admin.enableServer=false\n\
+         minSessionTimeout={min}\n\
+         maxSessionTimeout={max}\n\
+         maxClientCnxns=0\n\
+         {servers}",
+        tick = s.tick,
+        init = s.init_limit,
+        sync = s.sync_limit,
+        min = s.min_session,
+        max = s.max_session,
+        data = data.display(),
+    )
+}
+
+/// Logging to stdout (redirected to the node's log) for log4j 1.2 (Debian) and logback
+/// (Apache release), without the line per four-letter word that polling would cause.
+pub(super) fn write_logging_configs(dir: &Path) -> io::Result<()> {
+    fs::write(
+        dir.join("log4j.properties"),
+        "log4j.rootLogger=INFO, CONSOLE\n\
+         log4j.logger.org.apache.zookeeper.server.NIOServerCnxn=WARN\n\
+         log4j.appender.CONSOLE=org.apache.log4j.ConsoleAppender\n\
+         log4j.appender.CONSOLE.layout=org.apache.log4j.PatternLayout\n\
+         log4j.appender.CONSOLE.layout.ConversionPattern=%d{ISO8601} %-5p [%t:%C{1}@%L] - %m%n\n",
+    )?;
+    fs::write(
+        dir.join("logback.xml"),
+        "<configuration>\n\
+         <appender name=\"CONSOLE\" class=\"ch.qos.logback.core.ConsoleAppender\">\n\
+         <encoder><pattern>%d{ISO8601} %-5p [%t:%C{1}@%L] - %m%n</pattern></encoder>\n\
+         </appender>\n\
+         <logger name=\"org.apache.zookeeper.server.NIOServerCnxn\" level=\"WARN\"/>\n\
+         <root level=\"INFO\"><appender-ref ref=\"CONSOLE\"/></root>\n\
+         </configuration>\n",
+    )?;
+    Ok(())
+}
