@@ -141,15 +141,14 @@ pub enum Error {
         node: String,
     },
 
-    /// The lock directory was deleted while we waited (our node with it).
+    /// The lock directory was deleted while we waited (our node with it), or kept
+    /// disappearing while we tried to enqueue.
     ///
-    /// zkfence never deletes a lock directory: its child counter is what makes fencing
-    /// tokens grow. A re-created directory counts from 0 again, so resources fencing on this
-    /// lock's tokens would refuse every new holder until their newest token is reset.
+    /// Fencing tokens do not depend on the directory (they are creation zxids), so nothing
+    /// needs resetting: acquire again.
     #[error(
-        "the lock directory {path} was deleted while we waited (our node with it); nothing is held. \
-         Do not delete lock directories: a re-created one restarts fencing tokens from 0, so reset \
-         the newest token of every resource fenced on {path} before acquiring again"
+        "the lock directory {path} was deleted while we waited or enqueued (our node with it, if any); \
+         nothing is held: acquire again"
     )]
     LockDirectoryDeleted {
         /// The lock directory.

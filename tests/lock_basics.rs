@@ -660,6 +660,6 @@ async fn a_deleted_lock_directory_is_a_clear_error() {
         .unwrap()
         .unwrap_err();
     assert!(matches!(err, Error::LockDirectoryDeleted { .. }), "{err}");
-    assert!(err.to_string().contains("restarts fencing tokens"), "{err}");
+    assert!(err.to_string().contains("acquire again"), "{err}");
     drop(holder);
 }

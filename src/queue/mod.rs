@@ -51,6 +51,10 @@ use admission::Place;
 /// ensemble does not answer (the session's expiry removes the node then).
 const CLEANUP_GRACE: Duration = Duration::from_millis(300);
 
+/// How often an enqueue makes the directory again when its create keeps finding none (a
+/// container removed under us, or someone deleting it) before it says so.
+const MAX_DIRECTORY_RETRIES: u32 = 8;
+
 /// A queue under one directory, and what we enqueue in it as.
 #[derive(Clone)]
 pub(crate) struct Queue {
@@ -417,6 +421,7 @@ impl Queue {
         let shared = self.shared();
         let prefix = format!("{}/{}", self.dir, self.format.prefix(uuid, self.kind));
         let data = self.owner.data();
+        let mut directory_made = 0;
         loop {
             pending.sent = true;
             match shared.create_queue_node(&prefix, &data).await {
@@ -427,6 +432,14 @@ impl Queue {
                 }
                 Err(zk::Error::NoNode) => {
                     pending.sent = false;
+                    // A container directory can be removed between our mkdir and our create
+                    // (empty at the leader's check): make it again, a bounded number of times.
+                    directory_made += 1;
+                    if directory_made > MAX_DIRECTORY_RETRIES {
+                        return Err(Error::LockDirectoryDeleted {
+                            path: self.dir.clone(),
+                        });
+                    }
                     shared.make_dirs(&self.dir).await?;
                 }
                 Err(e) if crate::session::outcome_unknown(&e) => {

@@ -36,6 +36,7 @@ pub struct SessionOptions {
     acls: Option<Vec<zk::Acl>>,
     lease_margin: Option<Duration>,
     keepalive_interval: Option<Duration>,
+    persistent_directories: bool,
 }
 
 impl Default for SessionOptions {
@@ -55,6 +56,7 @@ impl SessionOptions {
             acls: None,
             lease_margin: None,
             keepalive_interval: None,
+            persistent_directories: false,
         }
     }
 
@@ -94,6 +96,20 @@ impl SessionOptions {
     /// smaller keeps a lease longer when the ensemble goes quiet.
     pub fn lease_margin(mut self, margin: Duration) -> Self {
         self.lease_margin = Some(margin);
+        self
+    }
+
+    /// Makes the directories zkfence creates (a lock's directory and its missing parents, a
+    /// semaphore's, an election's) plain persistent nodes instead of container nodes.
+    ///
+    /// By default they are **containers**: the ZooKeeper leader removes one once it is empty
+    /// (checking every `znode.container.checkIntervalMs`, a minute by default), so a lock per
+    /// seat, order or job leaves nothing behind. Fencing tokens do not depend on the
+    /// directory (they are creation zxids), so a re-created directory changes nothing for
+    /// them. A lock idle through a container check costs two requests more on its next
+    /// acquire (the create that finds no directory, and the directory's create).
+    pub fn persistent_directories(mut self, persistent: bool) -> Self {
+        self.persistent_directories = persistent;
         self
     }
 
@@ -193,6 +209,8 @@ pub(crate) struct Shared {
     pub(crate) client: zk::Client,
     pub(crate) session_timeout: Duration,
     pub(crate) acls: Vec<zk::Acl>,
+    /// How directories are created: container (removed once empty) or persistent.
+    pub(crate) directory_mode: zk::CreateMode,
     pub(crate) clock: clock::LeaseClock,
     pub(crate) counters: Counters,
 }
@@ -386,6 +404,11 @@ impl Session {
             client: client.clone(),
             session_timeout,
             acls,
+            directory_mode: if options.persistent_directories {
+                zk::CreateMode::Persistent
+            } else {
+                zk::CreateMode::Container
+            },
             // The leader created the session after we sent the connect request.
             clock: clock::LeaseClock::new(session_timeout, slack, keepalive_interval, connect_sent),
             counters: Counters::default(),

@@ -393,16 +393,17 @@ impl Shared {
         }
     }
 
-    /// Creates `dir` and its missing parents (`mkdir -p`).
+    /// Creates `dir` and its missing parents (`mkdir -p`), as containers unless the session
+    /// asked for persistent directories.
     pub(crate) async fn make_dirs(&self, dir: &str) -> Result<()> {
         let acls = zk::Acls::new(&self.acls);
-        let options = zk::CreateMode::Persistent.with_acls(acls);
+        let options = self.directory_mode.with_acls(acls);
         loop {
             let sent = Instant::now();
             match self.client.mkdir(dir, &options).await {
                 Ok(()) => {
                     self.answered(Answer::Leader, sent);
-                    tracing::info!(%dir, "created lock directory");
+                    tracing::info!(%dir, mode = ?self.directory_mode, "created lock directory");
                     return Ok(());
                 }
                 Err(e) if outcome_unknown(&e) => pause_before_retry().await,
