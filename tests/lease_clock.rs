@@ -127,9 +127,11 @@ async fn trial(zk: &Ensemble, traffic: Traffic, n: usize) -> Trial {
     .await;
     if let Traffic::CutAfterKeepalive = traffic {
         let before = holder.metrics().keepalives;
-        eventually(Duration::from_secs(5), "a keepalive is answered", || async {
-            holder.metrics().keepalives > before
-        })
+        eventually(
+            Duration::from_secs(5),
+            "a keepalive is answered",
+            || async { holder.metrics().keepalives > before },
+        )
         .await;
     }
 
@@ -166,11 +168,15 @@ async fn trial(zk: &Ensemble, traffic: Traffic, n: usize) -> Trial {
         .expect("the follower rejoins");
     // Wait until the healed follower is back in the quorum (it serves writes again).
     let rejoined = connect(&zk.node_connect_string(follower), T).await;
-    eventually(Duration::from_secs(30), "the follower syncs again", || async {
-        tokio::time::timeout(Duration::from_secs(2), rejoined.client().sync("/"))
-            .await
-            .is_ok_and(|r| r.is_ok())
-    })
+    eventually(
+        Duration::from_secs(30),
+        "the follower syncs again",
+        || async {
+            tokio::time::timeout(Duration::from_secs(2), rejoined.client().sync("/"))
+                .await
+                .is_ok_and(|r| r.is_ok())
+        },
+    )
     .await;
 
     Trial {

@@ -488,7 +488,10 @@ async fn elect_campaigns_again_after_cmd_exits_until_signalled() {
     };
     let first = term(next_line(&mut cli, Duration::from_secs(20)).await);
     let second = term(next_line(&mut cli, Duration::from_secs(20)).await);
-    assert!(second > first, "a newer token each term: {first} then {second}");
+    assert!(
+        second > first,
+        "a newer token each term: {first} then {second}"
+    );
     signal(&cli, libc::SIGTERM);
     let ran = finish(cli, Duration::from_secs(10)).await;
     assert_eq!(ran.code, Some(128 + libc::SIGTERM), "{}", ran.stderr);
