@@ -85,30 +85,79 @@ mod tests {
 
     #[test]
     fn concurrent_admits_keep_the_invariant() {
+        // Each thread publishes every token the fence admitted to it; before each admit it
+        // reads the newest published one. A token older than that one must be refused (it
+        // was admitted before this admit began), and the refusal must name a token at least
+        // as new. A fence that always admits, or that forgets a newer token, fails here.
+        use std::sync::atomic::AtomicU64;
+        const THREADS: u64 = 8;
+        const ROUNDS: u64 = 10_000;
         let fence = Arc::new(Fence::new());
-        let threads: Vec<_> = (0..8)
+        let published = Arc::new(AtomicU64::new(0));
+        let threads: Vec<_> = (0..THREADS)
             .map(|t| {
-                let fence = fence.clone();
+                let (fence, published) = (fence.clone(), published.clone());
                 std::thread::spawn(move || {
-                    let mut admitted = vec![];
-                    for i in 0..10_000u64 {
-                        let token = FencingToken::new(i * 8 + t);
+                    let (mut admitted, mut stale_checks) = (vec![], 0u64);
+                    for i in 0..ROUNDS {
+                        let seen = published.load(Ordering::Acquire);
+                        let token = FencingToken::new(i * THREADS + t + 1);
                         match fence.admit(token) {
-                            Ok(()) => admitted.push(token),
-                            Err(e) => assert!(e.token < e.newest),
+                            Ok(()) => {
+                                assert!(
+                                    token.get() >= seen,
+                                    "admitted {token} after {seen} had been admitted"
+                                );
+                                published.fetch_max(token.get(), Ordering::AcqRel);
+                                admitted.push(token);
+                            }
+                            Err(e) => {
+                                assert_eq!(e.token, token);
+                                assert!(e.token < e.newest, "{e:?}");
+                            }
+                        }
+                        // A holder that slept through newer holders' writes: strictly older
+                        // than a token already admitted, so it must be refused.
+                        if seen > 1 {
+                            stale_checks += 1;
+                            let err = fence
+                                .admit(FencingToken::new(seen - 1))
+                                .expect_err("a token older than an admitted one was admitted");
+                            assert!(err.newest.get() >= seen, "{err:?}");
                         }
                     }
-                    admitted
+                    (admitted, stale_checks)
                 })
             })
             .collect();
+        let mut all_admitted = vec![];
         for t in threads {
-            let admitted = t.join().unwrap();
+            let (admitted, stale_checks) = t.join().unwrap();
+            assert!(stale_checks > 0, "the stale case was never exercised");
             // Each thread's own admitted tokens are increasing, and none is above the newest.
             assert!(admitted.windows(2).all(|w| w[0] < w[1]));
             assert!(admitted.iter().all(|t| *t <= fence.newest()));
+            all_admitted.extend(admitted);
         }
-        assert_eq!(fence.newest(), FencingToken::new(9_999 * 8 + 7));
+        assert_eq!(fence.newest(), FencingToken::new(ROUNDS * THREADS));
+        assert!(all_admitted.contains(&fence.newest()));
+    }
+
+    #[test]
+    fn older_tokens_are_refused_in_sequence() {
+        let fence = Fence::new();
+        for newest in [3u64, 7, 7, 100] {
+            fence.admit(FencingToken::new(newest)).unwrap();
+            for older in [1, newest / 2, newest - 1] {
+                let err = fence.admit(FencingToken::new(older)).unwrap_err();
+                assert_eq!(
+                    (err.token.get(), err.newest.get()),
+                    (older, newest),
+                    "{err}"
+                );
+            }
+            assert_eq!(fence.newest(), FencingToken::new(newest));
+        }
     }
 
     #[test]

@@ -23,6 +23,9 @@ use zkfence::{Session, SessionOptions, SessionState};
 const T: Duration = Duration::from_secs(2);
 /// Generous bound for steps that take a few round trips.
 const STEP: Duration = Duration::from_secs(10);
+/// How much later one session may hear of a commit than another (two notifications of one
+/// event race on a loaded machine).
+const NOTIFICATION_SKEW: Duration = Duration::from_millis(20);
 
 fn trace() {
     let _ = tracing_subscriber::fmt()
@@ -212,47 +215,95 @@ async fn exactly_one_leader_among_campaigners_at_every_observed_instant() {
     );
 }
 
+/// The old leader hears `lost` before the ensemble can elect another: compared against the
+/// server-side deletion of its node (an admin's exists-watch on the ZooKeeper leader), with
+/// the lease clock's margin. The bound, as in `lock_faults`: cut right after a keepalive
+/// sent at `s` was answered; the leader cannot expire the session before `s + T`, and the
+/// clock lapses by `s + 0.65 T`, so the deletion comes at least `0.35 T` after `lost`; `T/5`
+/// is asserted (the rest is room for a late timer). A clock with no margin lapses at `s + T`,
+/// at most ~1.5 tickTime (300 ms) before the deletion, and fails.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_partitioned_leader_observes_lost_before_the_next_is_elected() {
+async fn a_partitioned_leader_observes_lost_well_before_its_node_is_deleted() {
     trace();
+    // Longer than `T`: the margin to measure is a fraction of it, the noise is not.
+    const PARTITION_T: Duration = Duration::from_secs(4);
     let zk = shared_ensemble();
+    let server = zk.leader().await.expect("the shared ensemble has a leader");
+    let admin = connect(&zk.node_connect_string(server), PARTITION_T).await;
+    // The next leader hears of the deletion from a follower, after the ZooKeeper leader.
+    let new = connect(
+        &zk.node_connect_string((server + 1) % zk.len()),
+        PARTITION_T,
+    )
+    .await;
     for trial in 0..3 {
         let path = unique_path("partitioned-leader");
         let proxy = zk.proxy().await.unwrap();
-        let old = connect(&proxy.connect_string(), T).await;
-        let new = connect(&zk.connect_string(), T).await;
+        let old = connect(&proxy.connect_string(), PARTITION_T).await;
         let old_leadership = old.election(&path).campaign("old").await.unwrap();
         let elected = campaign_in_background(&new, &path, "new");
-        wait_queued(&new, &path, 2).await;
+        wait_queued(&admin, &path, 2).await;
+        let (stat, deleted) = admin
+            .client()
+            .check_and_watch_stat(old_leadership.lease().path())
+            .await
+            .unwrap();
+        assert!(stat.is_some());
+        let deletion = tokio::spawn(async move {
+            let event = deleted.changed().await;
+            (Instant::now(), event.event_type)
+        });
 
+        timeout(STEP, old.valid_until_changed())
+            .await
+            .expect("a keepalive renews the clock")
+            .expect("renewed, not lapsed");
         proxy.blackhole();
         let cut = Instant::now();
-        let reason = timeout(3 * T, old_leadership.lost())
+        let reason = timeout(3 * PARTITION_T, old_leadership.lost())
             .await
             .expect("the old leader hears it lost");
         let lost_at = Instant::now();
-        let (elected_at, new_leadership) = timeout(3 * T, elected)
+        let (deleted_at, event) = timeout(3 * PARTITION_T, deletion)
+            .await
+            .expect("the server deletes the old leader's node")
+            .unwrap();
+        let (elected_at, new_leadership) = timeout(3 * PARTITION_T, elected)
             .await
             .expect("the next is elected")
             .unwrap();
 
-        assert_eq!(reason, LossReason::ClockLapsed);
-        assert!(
-            lost_at < elected_at,
-            "trial {trial}: old leader heard lost {:?} after the cut, the new one was elected at {:?}",
+        eprintln!(
+            "trial {trial}: after the cut, lost at {:?}, node deleted at {:?}, next elected at {:?}",
             lost_at - cut,
+            deleted_at - cut,
             elected_at - cut
+        );
+        assert_eq!(reason, LossReason::ClockLapsed);
+        assert_eq!(event, zkfence::zookeeper_client::EventType::NodeDeleted);
+        assert!(
+            lost_at < deleted_at,
+            "trial {trial}: lost after the deletion"
+        );
+        // Two sessions hear of one commit; the next leader, on a follower, hears later than
+        // the admin on the ZooKeeper leader, by a hop. A small tolerance keeps the race
+        // between two notifications out; an election before the deletion would be ~0.35 T
+        // early.
+        assert!(
+            deleted_at <= elected_at + NOTIFICATION_SKEW,
+            "trial {trial}: elected {:?} before the deletion was seen",
+            deleted_at - elected_at
+        );
+        assert!(
+            deleted_at - lost_at >= PARTITION_T / 5,
+            "trial {trial}: lost only {:?} before the server deleted the node; the clock \
+             promises about 0.35 T",
+            deleted_at - lost_at
         );
         assert!(new_leadership.token() > old_leadership.token());
         assert_eq!(
             old_leadership.state(),
             LeaseState::Lost(LossReason::ClockLapsed)
-        );
-        eprintln!(
-            "trial {trial}: lost after {:?}, next elected after {:?} (margin {:?})",
-            lost_at - cut,
-            elected_at - cut,
-            elected_at - lost_at
         );
         new_leadership.resign().await.unwrap();
     }
@@ -638,6 +689,124 @@ async fn killing_the_zookeeper_leader_changes_no_leadership() {
         .await
         .expect("b is elected after a resigns")
         .unwrap();
+    b_leadership.resign().await.unwrap();
+}
+
+/// SIGSTOP, as a long GC pause or a frozen VM: first the follower the leader's session is
+/// connected to, then the ZooKeeper leader, each while a candidate waits. Neither changes the
+/// leadership; each pause is long enough that the leader's session disconnects and reconnects
+/// elsewhere (checked), and shorter than what the lease clock tolerates.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pausing_a_follower_or_the_zookeeper_leader_changes_no_leadership() {
+    trace();
+    // A paused ZooKeeper leader is given up on after syncLimit ticks (1 s), then a new one is
+    // elected and clients reconnect; a paused follower's clients notice after ~0.4 T. The
+    // lease lapses ~0.6 T after the last keepalive: 8 s sessions leave room for both.
+    const PAUSE_T: Duration = Duration::from_secs(8);
+    let zk = zkfence_testcontainers::Ensemble::builder()
+        .nodes(3)
+        .tick_time(TICK)
+        .max_session_timeout(Duration::from_secs(10))
+        .start()
+        .await
+        .expect("start an ensemble");
+    let server = zk.wait_for_leader(STEP).await.unwrap();
+    let followers: Vec<usize> = (0..zk.len()).filter(|i| *i != server).collect();
+    // Clients only on the followers, so the paused ZooKeeper leader disconnects them all.
+    let cs = followers
+        .iter()
+        .map(|i| zk.node_connect_string(*i))
+        .collect::<Vec<_>>()
+        .join(",");
+    let path = unique_path("paused-server");
+    let a = connect(&cs, PAUSE_T).await;
+    let b = connect(&cs, PAUSE_T).await;
+    let leadership = a.election(&path).campaign("a").await.unwrap();
+    let mut b_elected = campaign_in_background(&b, &path, "b");
+    wait_queued(&b, &path, 2).await;
+
+    let deadline = Instant::now() + STEP;
+    let on = 'found: loop {
+        for &i in &followers {
+            if let Ok(cons) = zk.connections(i).await {
+                if cons.iter().any(|c| c.session_id == Some(a.id())) {
+                    break 'found i;
+                }
+            }
+        }
+        assert!(Instant::now() < deadline, "a's session on no follower");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    for (what, paused_server) in [("a's follower", on), ("the ZooKeeper leader", server)] {
+        // Pause right after a keepalive: the lease then has its full ~0.6 T ahead.
+        timeout(STEP, a.valid_until_changed())
+            .await
+            .expect("a keepalive renews the clock")
+            .expect("renewed");
+        let disconnected = tokio::spawn({
+            let a = a.clone();
+            async move {
+                while !a.state_changed().await.is_terminal() {
+                    if a.state() == SessionState::Disconnected {
+                        return true;
+                    }
+                }
+                false
+            }
+        });
+        zk.pause(paused_server);
+        let paused = Instant::now();
+        let recovered = async {
+            eventually(2 * PAUSE_T, "a's session disconnected", || async {
+                disconnected.is_finished()
+            })
+            .await;
+            eventually(2 * PAUSE_T, "a's session connected again", || async {
+                a.state() == SessionState::Connected
+            })
+            .await;
+            let back = paused.elapsed();
+            leadership
+                .lease()
+                .renew()
+                .await
+                .expect("confirmed while the server is paused");
+            back
+        };
+        let back = tokio::select! {
+            reason = leadership.lost() => panic!("{what} paused: leadership lost ({reason}) after {:?}", paused.elapsed()),
+            elected = &mut b_elected => panic!("{what} paused: b was elected: {elected:?}"),
+            back = recovered => back,
+        };
+        eprintln!("{what} paused: a's session was back after {back:?}");
+        assert!(
+            disconnected.await.unwrap(),
+            "{what}: a was never disconnected"
+        );
+        zk.resume(paused_server);
+        zk.wait_serving(paused_server, Duration::from_secs(30))
+            .await
+            .unwrap();
+        assert_eq!(leadership.state(), LeaseState::Held, "{what}");
+        let leader = timeout(STEP, b.election(&path).leader())
+            .await
+            .expect("leader() answers")
+            .unwrap()
+            .expect("a leader");
+        assert_eq!(
+            (leader.session_id, leader.token),
+            (a.id(), leadership.token()),
+            "{what}"
+        );
+        assert!(b_elected.try_recv().is_err(), "{what}: b must not lead");
+    }
+    let token = leadership.token();
+    leadership.resign().await.unwrap();
+    let (_, b_leadership) = timeout(STEP, b_elected)
+        .await
+        .expect("b is elected after a resigns")
+        .unwrap();
+    assert!(b_leadership.token() > token);
     b_leadership.resign().await.unwrap();
 }
 

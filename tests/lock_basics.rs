@@ -15,6 +15,8 @@ use zkfence::{
 };
 
 const T: Duration = Duration::from_secs(4);
+/// Generous bound for a step of a few round trips: a broken build fails instead of hanging.
+const STEP: Duration = Duration::from_secs(10);
 
 async fn session() -> Session {
     connect(&shared_ensemble().connect_string(), T).await
@@ -36,14 +38,19 @@ async fn mutual_exclusion_under_contention() {
     let inside = Arc::new(AtomicUsize::new(0));
     let max_inside = Arc::new(AtomicUsize::new(0));
     let grants = Arc::new(Mutex::new(Vec::new()));
+    // Every holder checks, through this session's synced listing, that the server has its
+    // node at the head of the queue. The sync + list is also a round trip held inside the
+    // critical section, long enough for a wrong grant elsewhere to overlap it.
+    let admin = session().await;
     let mut tasks = vec![];
     for _ in 0..8 {
         let s = session().await;
-        let (dir, inside, max_inside, grants) = (
+        let (dir, inside, max_inside, grants, admin) = (
             dir.clone(),
             inside.clone(),
             max_inside.clone(),
             grants.clone(),
+            admin.clone(),
         );
         tasks.push(tokio::spawn(async move {
             let lock = s.lock(&dir);
@@ -52,14 +59,22 @@ async fn mutual_exclusion_under_contention() {
                 let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
                 max_inside.fetch_max(now, Ordering::SeqCst);
                 grants.lock().unwrap().push(lease.token());
-                tokio::task::yield_now().await;
-                inside.fetch_sub(1, Ordering::SeqCst);
+                let queue = queue_order(children(&admin, &dir).await);
+                assert_eq!(
+                    queue.first().map(String::as_str),
+                    Some(name_of(lease.path())),
+                    "a holder whose node is not first in the server's queue: {queue:?}"
+                );
+                let now = inside.fetch_sub(1, Ordering::SeqCst);
+                assert_eq!(now, 1, "another holder entered during the round trip");
                 lease.release().await.unwrap();
             }
         }));
     }
     for t in tasks {
-        t.await.unwrap();
+        within(Duration::from_secs(120), "400 acquisitions", t)
+            .await
+            .unwrap();
     }
     assert_eq!(
         max_inside.load(Ordering::SeqCst),
@@ -94,7 +109,7 @@ async fn waiters_are_granted_in_enqueue_order() {
     holder.release().await.unwrap();
     let mut order = vec![];
     for _ in 0..5 {
-        order.push(rx.recv().await.unwrap());
+        order.push(within(STEP, "the next grant", rx.recv()).await.unwrap());
     }
     assert_eq!(
         order.iter().map(|(i, _)| *i).collect::<Vec<_>>(),
@@ -131,7 +146,9 @@ async fn one_release_wakes_exactly_one_of_100_waiters() {
     assert_eq!(wakeups, 0);
 
     holder.release().await.unwrap();
-    let (_, first) = rx.recv().await.unwrap();
+    let (_, first) = within(STEP, "the first waiter's grant", rx.recv())
+        .await
+        .unwrap();
     // Let any stray notification arrive: a sync on each session is answered after every
     // notification the delete caused on that session's server.
     holder_session.client().sync("/").await.unwrap();
@@ -153,7 +170,9 @@ async fn one_release_wakes_exactly_one_of_100_waiters() {
     // release from an abandoned wait ahead of it and lists once more — it alone.
     let (wakeups, listings) = (sum(|m| m.wakeups), sum(|m| m.listings));
     first.release().await.unwrap();
-    let (_, second) = rx.recv().await.unwrap();
+    let (_, second) = within(STEP, "the second waiter's grant", rx.recv())
+        .await
+        .unwrap();
     for s in &sessions {
         s.client().sync("/").await.unwrap();
     }
@@ -170,7 +189,7 @@ async fn one_release_wakes_exactly_one_of_100_waiters() {
     drop(second);
     // Drain: every waiter is granted in turn.
     for _ in 0..98 {
-        let (_, lease) = rx.recv().await.unwrap();
+        let (_, lease) = within(STEP, "the next grant", rx.recv()).await.unwrap();
         lease.release().await.unwrap();
     }
 }
@@ -222,11 +241,11 @@ async fn a_waiter_leaving_the_middle_does_not_let_the_next_one_in() {
     );
     assert!(!w1.is_finished());
     holder.release().await.unwrap();
-    let l1 = w1.await.unwrap();
+    let l1 = within(STEP, "w1 granted", w1).await.unwrap();
     assert!(!w3.is_finished(), "w3 must wait for w1");
     let t1 = l1.token();
     l1.release().await.unwrap();
-    let l3 = w3.await.unwrap();
+    let l3 = within(STEP, "w3 granted", w3).await.unwrap();
     assert!(l3.token() > t1);
 }
 
@@ -242,7 +261,7 @@ async fn cancelled_acquires_and_timeouts_leave_no_node() {
         let lock = waiter.lock(&dir);
         let task = tokio::spawn(async move { lock.acquire().await });
         task.abort();
-        let _ = task.await;
+        let _ = within(STEP, "the aborted task ends", task).await;
     }
     // Dropped while waiting.
     let lock = waiter.lock(&dir);
@@ -285,6 +304,68 @@ async fn cancelled_acquires_and_timeouts_leave_no_node() {
     );
     holder.release().await.unwrap();
     assert!(children(&s, &dir).await.is_empty());
+}
+
+/// The hardest case behind "no orphaned nodes": the acquire is cancelled while its create is
+/// at the server but its answer has not come back, so the acquire cannot know its node's
+/// name. The proxy holds the answers back; the node is seen on the server first, then the
+/// acquire is aborted, then the connection heals (the held one is closed, the session
+/// reconnects). The cancelled acquire's node must go, every time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acquire_cancelled_while_its_create_is_in_flight_leaves_no_node() {
+    let zk = shared_ensemble();
+    let dir = unique_path("cancel-in-flight");
+    let admin = session().await;
+    let holder = admin.lock(&dir).acquire().await.unwrap();
+    let holder_name = name_of(holder.path()).to_string();
+    let proxy = zk.proxy().await.unwrap();
+    let waiter = connect(&proxy.connect_string(), T).await;
+    for round in 0..4 {
+        proxy.hold_responses();
+        let lock = waiter.lock(&dir);
+        let task = tokio::spawn(async move { lock.acquire().await });
+        eventually(
+            STEP,
+            &format!("round {round}: the create reached the server"),
+            || async { children(&admin, &dir).await.len() == 2 },
+        )
+        .await;
+        assert!(
+            !task.is_finished(),
+            "round {round}: the acquire returned without the create's answer"
+        );
+        task.abort();
+        let joined = within(STEP, "the aborted acquire ends", task).await;
+        assert!(
+            joined.as_ref().is_err_and(|e| e.is_cancelled()),
+            "round {round}: the acquire was not cancelled: {:?}",
+            joined.map(|r| r.map(|l| l.path().to_string()))
+        );
+        proxy.heal();
+        eventually(
+            STEP,
+            &format!("round {round}: the cancelled acquire's node is deleted"),
+            || async { children(&admin, &dir).await == [holder_name.clone()] },
+        )
+        .await;
+        assert_eq!(
+            waiter.state(),
+            zkfence::SessionState::Connected,
+            "round {round}: deleted by the cleanup, not by an expiry"
+        );
+    }
+    // Nothing of the waiter's turns up later either (a late-committed create would).
+    let waiter_id = waiter.id();
+    for name in children(&admin, &dir).await {
+        let stat = admin
+            .client()
+            .check_stat(&format!("{dir}/{name}"))
+            .await
+            .unwrap();
+        assert_ne!(stat.map(|s| s.ephemeral_owner), Some(waiter_id), "{name}");
+    }
+    holder.release().await.unwrap();
+    assert!(children(&admin, &dir).await.is_empty());
 }
 
 #[tokio::test]
@@ -474,10 +555,14 @@ async fn second_acquire_on_a_held_handle_fails_at_once_and_release_works_from_an
         lock.try_acquire().await,
         Err(Error::AlreadyHeld { .. })
     ));
-    tokio::spawn(async move { lease.release().await })
-        .await
-        .unwrap()
-        .unwrap();
+    within(
+        STEP,
+        "release from another task",
+        tokio::spawn(async move { lease.release().await }),
+    )
+    .await
+    .unwrap()
+    .unwrap();
     assert!(children(&a, &dir).await.is_empty());
     // The handle can acquire again once released.
     lock.acquire().await.unwrap().release().await.unwrap();
@@ -630,7 +715,13 @@ async fn contenders_show_holder_then_waiters_with_owner_data() {
     assert_eq!(c[1].session_id, b.id());
     assert_eq!(c[0].owner.pid, Some(std::process::id()));
     lease.release().await.unwrap();
-    assert!(waiting.await.unwrap().unwrap() > c[0].token);
+    assert!(
+        within(STEP, "beta granted", waiting)
+            .await
+            .unwrap()
+            .unwrap()
+            > c[0].token
+    );
 }
 
 #[tokio::test]

@@ -15,6 +15,8 @@ use zkfence::{Error, LeaseState, LossReason, SessionState};
 
 const SHORT: Duration = Duration::from_secs(2);
 const LONG: Duration = Duration::from_secs(4);
+/// Generous bound for a step of a few round trips: a broken build fails instead of hanging.
+const STEP: Duration = Duration::from_secs(10);
 
 async fn mkdir(s: &zkfence::Session, dir: &str) {
     s.client()
@@ -192,8 +194,11 @@ async fn a_killed_holder_frees_the_lock_within_the_session_timeout() {
 
     child.start_kill().unwrap(); // SIGKILL
     let killed = Instant::now();
-    child.wait().await.unwrap();
-    let (granted, lease) = task.await.unwrap().unwrap();
+    within(STEP, "the child dies", child.wait()).await.unwrap();
+    let (granted, lease) = within(STEP, "the waiter's grant", task)
+        .await
+        .unwrap()
+        .unwrap();
     let took = granted - killed;
     assert!(
         took <= SHORT + Duration::from_secs(1),
@@ -222,49 +227,109 @@ fn sample_states(
     })
 }
 
-#[tokio::test]
-async fn a_partitioned_holder_knows_it_lost_before_the_waiter_is_granted() {
+/// The README's claim: the holder learns it lost the lock before the ensemble can give it to
+/// anyone. Compared against the server-side deletion of the holder's node (an exists-watch of
+/// an admin session on the ZooKeeper leader, where the expiry is decided), and with the
+/// margin the lease clock promises.
+///
+/// The bound: the partition starts right after a keepalive sent at `s` was answered, so the
+/// server got that touch and none later, and the leader cannot expire the session before
+/// `s + T`. The clock vouches for touches sent at least `T/4 + slack` before its latest
+/// proof (`s`), until `touch + T - slack`: it lapses by `s + T - T/4 - 2 slack = s + 0.65 T`.
+/// So the deletion comes at least `0.35 T` after the lapse; `T/5` is asserted, which leaves
+/// `0.15 T` (600 ms) for our timer running late on a loaded machine. A clock with no margin
+/// lapses at `s + T`, at most the report interval and the expiry rounding (1.5 tickTime,
+/// 300 ms) before the deletion: it fails this.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partitioned_holder_knows_it_lost_well_before_the_server_deletes_its_node() {
     let zk = shared_ensemble();
+    let leader = zk.leader().await.expect("the shared ensemble has a leader");
+    let follower = (leader + 1) % zk.len();
+    // The admin hears the deletion from the leader, which commits it before any follower:
+    // the waiter, on a follower, cannot hear of it earlier.
+    let admin = connect(&zk.node_connect_string(leader), LONG).await;
+    let waiter_session = connect(&zk.node_connect_string(follower), LONG).await;
     for trial in 0..3 {
         let dir = unique_path(&format!("partition-{trial}"));
         let proxy = zk.proxy().await.unwrap();
-        let holder_session = connect(&proxy.connect_string(), SHORT).await;
-        let waiter_session = connect(&zk.connect_string(), SHORT).await;
+        let holder_session = connect(&proxy.connect_string(), LONG).await;
         let lease = Arc::new(holder_session.lock(&dir).acquire().await.unwrap());
         let lock = waiter_session.lock(&dir);
         let waiter = tokio::spawn(async move { lock.acquire().await.map(|l| (Instant::now(), l)) });
-        eventually(Duration::from_secs(5), "waiter enqueued", || async {
-            children(&waiter_session, &dir).await.len() == 2
+        eventually(STEP, "waiter enqueued", || async {
+            children(&admin, &dir).await.len() == 2
         })
         .await;
+        let (stat, deleted) = admin
+            .client()
+            .check_and_watch_stat(lease.path())
+            .await
+            .unwrap();
+        assert!(stat.is_some(), "the holder's node exists");
+        let deletion = tokio::spawn(async move {
+            let event = deleted.changed().await;
+            (Instant::now(), event.event_type)
+        });
         let sampler = sample_states(lease.clone());
 
+        within(
+            STEP,
+            "a keepalive renews the clock",
+            holder_session.valid_until_changed(),
+        )
+        .await
+        .expect("renewed, not lapsed");
         proxy.blackhole();
-        let reason = lease.lost().await;
+        let cut = Instant::now();
+        let reason = within(2 * LONG, "the holder hears lost", lease.lost()).await;
         let lost_at = Instant::now();
-        let (granted_at, new_lease) = waiter.await.unwrap().unwrap();
-        let (suspended, sampled_lost) = sampler.await.unwrap();
+        let (deleted_at, event) = within(2 * LONG, "the server deletes the node", deletion)
+            .await
+            .unwrap();
+        let (granted_at, new_lease) = within(2 * LONG, "the waiter is granted", waiter)
+            .await
+            .unwrap()
+            .unwrap();
+        let (suspended, sampled_lost) = within(STEP, "the sampler ends", sampler).await.unwrap();
 
         assert_eq!(reason, LossReason::ClockLapsed, "trial {trial}");
-        assert!(
-            lost_at < granted_at,
-            "trial {trial}: lost at {lost_at:?} but the waiter was granted at {granted_at:?}"
+        assert_eq!(event, zk::EventType::NodeDeleted, "trial {trial}");
+        eprintln!(
+            "trial {trial}: after the cut, lost at {:?}, node deleted at {:?}, waiter granted at {:?}",
+            lost_at - cut,
+            deleted_at - cut,
+            granted_at - cut
         );
         assert!(
-            sampled_lost.unwrap() < granted_at,
-            "trial {trial}: state() said Lost only after the grant"
+            lost_at < deleted_at,
+            "trial {trial}: lost after the deletion"
+        );
+        // Two sessions hear of one commit: the waiter, on a follower, after the admin on the
+        // ZooKeeper leader, by a hop (~0.1 ms measured). A small tolerance keeps the race of
+        // two notifications out; a grant before the deletion would be ~0.35 T early.
+        assert!(
+            deleted_at <= granted_at + Duration::from_millis(20),
+            "trial {trial}: granted {:?} before the deletion was seen",
+            deleted_at - granted_at
+        );
+        assert!(
+            deleted_at - lost_at >= LONG / 5,
+            "trial {trial}: lost only {:?} before the server deleted the node; the clock \
+             promises about 0.35 T",
+            deleted_at - lost_at
+        );
+        assert!(
+            sampled_lost.unwrap() < deleted_at,
+            "trial {trial}: state() said Lost only after the deletion"
         );
         // The client library reports the disconnection after about 0.4 T of silence; the
-        // lease clock may lapse first (it must, when the last keepalive was early), so the
-        // lease goes through Suspended only sometimes, and then before it is lost.
+        // lease clock may lapse first, so the lease goes through Suspended only sometimes,
+        // and then before it is lost.
         if let Some(suspended) = suspended {
             assert!(suspended < lost_at, "trial {trial}");
         }
         assert!(new_lease.token() > lease.token());
-        eprintln!(
-            "trial {trial}: suspended after blackhole, lost {:?} before the waiter's grant",
-            granted_at - lost_at
-        );
+        new_lease.release().await.unwrap();
     }
 }
 
@@ -279,7 +344,10 @@ async fn session_expiry_while_holding() {
     let old_token = lease.token();
 
     proxy.blackhole();
-    assert_eq!(lease.lost().await, LossReason::ClockLapsed);
+    assert_eq!(
+        within(2 * SHORT, "the holder hears lost", lease.lost()).await,
+        LossReason::ClockLapsed
+    );
     // The server expires the session and deletes the node.
     eventually(
         Duration::from_secs(10),
@@ -307,22 +375,73 @@ async fn session_expiry_while_holding() {
     new_lease.release().await.unwrap();
 }
 
-#[tokio::test]
+/// A blip (the connection drops and the client cannot get through for a moment) shows as
+/// `Suspended`, then `Held` again on its own (the keeper renews; nobody calls `renew`), and
+/// the waiter stays queued throughout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_short_blip_costs_nobody_the_lock() {
     let zk = shared_ensemble();
     let dir = unique_path("blip");
     let proxy = zk.proxy().await.unwrap();
     let holder_session = connect(&proxy.connect_string(), LONG).await;
+    let admin = connect(&zk.connect_string(), LONG).await;
     let lease = holder_session.lock(&dir).acquire().await.unwrap();
-    proxy.cut(); // connections drop; the client reconnects through the proxy at once
-    eventually(Duration::from_secs(5), "reconnected", || async {
-        holder_session.state() == SessionState::Connected && proxy.connection_count() > 0
+    let lock = admin.lock(&dir);
+    let mut waiter = tokio::spawn(async move { lock.acquire().await });
+    eventually(STEP, "waiter queued", || async {
+        children(&admin, &dir).await.len() == 2
     })
     .await;
-    let renewed = lease.renew().await.unwrap();
+
+    // Start right after a keepalive, so the blip fits in the lease with room to spare.
+    within(
+        STEP,
+        "a keepalive renews the clock",
+        holder_session.valid_until_changed(),
+    )
+    .await
+    .expect("renewed");
+    // Close the connections and keep new ones from getting through: the client sees the
+    // drop at once, and stays disconnected until the heal.
+    proxy.blackhole();
+    proxy.cut();
+    eventually(LONG / 4, "the lease is suspended", || async {
+        lease.state() == LeaseState::Suspended
+    })
+    .await;
+    let keepalives = holder_session.metrics().keepalives;
+    let valid_until = lease.valid_until().expect("still vouched for");
+    proxy.heal();
+    eventually(STEP, "the lease is held again, without a renew", || async {
+        lease.state() == LeaseState::Held
+    })
+    .await;
+    eventually(STEP, "the keeper renews the clock", || async {
+        lease.valid_until().is_some_and(|v| v > valid_until)
+    })
+    .await;
+    assert!(holder_session.metrics().keepalives > keepalives);
     assert_eq!(lease.state(), LeaseState::Held);
-    assert!(renewed > Instant::now());
+    assert_eq!(holder_session.state(), SessionState::Connected);
+
+    // The waiter stayed queued behind the holder's node.
+    let queue = queue_order(children(&admin, &dir).await);
+    assert_eq!(queue.len(), 2, "{queue:?}");
+    assert_eq!(
+        queue[0],
+        name_of(lease.path()),
+        "the holder's node is first"
+    );
+    if let Ok(done) = tokio::time::timeout(Duration::from_millis(500), &mut waiter).await {
+        panic!("the waiter was granted while the holder holds: {done:?}");
+    }
+    let token = lease.token();
     lease.release().await.unwrap();
+    let next = within(STEP, "the waiter's grant", waiter)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(next.token() > token);
 }
 
 #[tokio::test]
@@ -495,7 +614,9 @@ async fn a_zookeeper_leader_failover_keeps_the_lease_and_the_queue() {
     let first_token = lease.token();
     holders.fetch_sub(1, Ordering::SeqCst);
     lease.release().await.unwrap();
-    let (i1, l1, h) = waiters.remove(0).await.unwrap();
+    let (i1, l1, h) = within(STEP, "the first waiter's grant", waiters.remove(0))
+        .await
+        .unwrap();
     assert_eq!(i1, 1, "granted in queue order");
     assert!(l1.token() > first_token);
 
@@ -504,13 +625,36 @@ async fn a_zookeeper_leader_failover_keeps_the_lease_and_the_queue() {
     let current = zk.wait_for_leader(Duration::from_secs(20)).await.unwrap();
     h.fetch_sub(1, Ordering::SeqCst);
     let t1 = l1.token();
-    let release = tokio::spawn(l1.release());
+    let node = l1.path().to_string();
+    let deletes = sessions[1].metrics().deletes;
+    // Freeze the ZooKeeper leader first: no write can commit without it, so the release's
+    // delete is certainly in flight when the leader dies (the followers give up on a silent
+    // leader only after syncLimit ticks, 1 s, so nothing else changes meanwhile).
+    zk.pause(current);
+    let mut release = tokio::spawn(l1.release());
+    if let Ok(done) = tokio::time::timeout(Duration::from_millis(400), &mut release).await {
+        panic!("the release finished while the ZooKeeper leader was frozen: {done:?}");
+    }
+    assert_eq!(
+        sessions[1].metrics().deletes,
+        deletes,
+        "the delete is not answered yet"
+    );
     zk.kill(current);
-    tokio::time::timeout(Duration::from_secs(30), release)
+    within(Duration::from_secs(30), "the release completes", release)
         .await
-        .expect("release completes")
         .unwrap()
         .unwrap();
+    sessions[0].client().sync(&node).await.unwrap();
+    assert!(
+        sessions[0]
+            .client()
+            .check_stat(&node)
+            .await
+            .unwrap()
+            .is_none(),
+        "release returned, so the node must be gone"
+    );
     let (i2, l2, _) = tokio::time::timeout(Duration::from_secs(30), waiters.remove(0))
         .await
         .unwrap()
@@ -603,4 +747,142 @@ async fn a_waiter_whose_lease_clock_lapsed_confirms_before_it_is_granted() {
         "the grant confirmed with the ensemble first"
     );
     lease.release().await.unwrap();
+}
+
+/// The session `id`'s server, as the servers' `cons` lists report it.
+async fn server_of(zk: &zkfence_testcontainers::Ensemble, id: i64, among: &[usize]) -> usize {
+    let deadline = Instant::now() + STEP;
+    loop {
+        for &i in among {
+            if let Ok(cons) = zk.connections(i).await {
+                if cons.iter().any(|c| c.session_id == Some(id)) {
+                    return i;
+                }
+            }
+        }
+        assert!(Instant::now() < deadline, "session {id:#x} on no server");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Servers stopped by SIGSTOP, as a long GC pause or a frozen VM stops them: first the
+/// follower the holder is connected to, then the ZooKeeper leader, each while the lock is
+/// held and waited for. Neither costs the holder its lease, and the waiter stays queued;
+/// the pauses are long enough that the holder's session is disconnected and reconnects
+/// elsewhere each time (checked), shorter than what the lease clock tolerates.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pausing_a_follower_or_the_zookeeper_leader_costs_nobody_the_lock() {
+    // A paused leader is given up on after syncLimit ticks (1 s), then the followers elect
+    // another and the clients reconnect (~1.5 s); a paused follower's clients notice after
+    // ~0.4 T of silence. The lease lapses ~0.6 T after the last keepalive: 8 s sessions.
+    const PAUSE_T: Duration = Duration::from_secs(8);
+    let zk = zkfence_testcontainers::Ensemble::builder()
+        .nodes(3)
+        .tick_time(TICK)
+        .max_session_timeout(Duration::from_secs(10))
+        .start()
+        .await
+        .expect("start an ensemble");
+    let leader = zk.wait_for_leader(STEP).await.unwrap();
+    let followers: Vec<usize> = (0..zk.len()).filter(|i| *i != leader).collect();
+    // Clients only on the followers, so a paused leader disconnects them all.
+    let cs = followers
+        .iter()
+        .map(|i| zk.node_connect_string(*i))
+        .collect::<Vec<_>>()
+        .join(",");
+    let dir = unique_path("paused-server");
+    let holder_session = connect(&cs, PAUSE_T).await;
+    let waiter_session = connect(&cs, PAUSE_T).await;
+    assert_eq!(holder_session.session_timeout(), PAUSE_T);
+    let lease = holder_session.lock(&dir).acquire().await.unwrap();
+    let lock = waiter_session.lock(&dir);
+    let mut waiter = tokio::spawn(async move { lock.acquire().await });
+    eventually(STEP, "waiter queued", || async {
+        children(&holder_session, &dir).await.len() == 2
+    })
+    .await;
+
+    let on = server_of(&zk, holder_session.id(), &followers).await;
+    for (what, server) in [
+        ("the holder's follower", on),
+        ("the ZooKeeper leader", leader),
+    ] {
+        // Pause right after a keepalive: the lease then has its full ~0.6 T ahead.
+        within(
+            STEP,
+            "a keepalive renews the clock",
+            holder_session.valid_until_changed(),
+        )
+        .await
+        .expect("renewed");
+        let disconnected = tokio::spawn({
+            let s = holder_session.clone();
+            async move {
+                while !s.state_changed().await.is_terminal() {
+                    if s.state() == SessionState::Disconnected {
+                        return true;
+                    }
+                }
+                false
+            }
+        });
+        zk.pause(server);
+        let paused = Instant::now();
+        let recovered = async {
+            eventually(2 * PAUSE_T, "the holder's session disconnected", || async {
+                disconnected.is_finished()
+            })
+            .await;
+            eventually(
+                2 * PAUSE_T,
+                "the holder's session connected again",
+                || async { holder_session.state() == SessionState::Connected },
+            )
+            .await;
+            let back = paused.elapsed();
+            eventually(
+                2 * PAUSE_T,
+                "the waiter's session connected again",
+                || async { waiter_session.state() == SessionState::Connected },
+            )
+            .await;
+            // Served by the others now: the renewal's sync is answered without `server`.
+            lease
+                .renew()
+                .await
+                .expect("renewed while the server is paused");
+            back
+        };
+        let back = tokio::select! {
+            reason = lease.lost() => panic!("{what} paused: the lease was lost ({reason}) after {:?}", paused.elapsed()),
+            granted = &mut waiter => panic!("{what} paused: the waiter was granted: {granted:?}"),
+            back = recovered => back,
+        };
+        eprintln!("{what} paused: the holder's session was back after {back:?}");
+        assert!(
+            disconnected.await.unwrap(),
+            "the pause did not disconnect the holder"
+        );
+        zk.resume(server);
+        zk.wait_serving(server, Duration::from_secs(30))
+            .await
+            .unwrap();
+        assert_eq!(lease.state(), LeaseState::Held, "{what}");
+        let queue = queue_order(children(&waiter_session, &dir).await);
+        assert_eq!(queue.len(), 2, "{what}: {queue:?}");
+        assert_eq!(
+            queue[0],
+            name_of(lease.path()),
+            "{what}: the holder is first"
+        );
+        assert!(!waiter.is_finished(), "{what}: the waiter stays queued");
+    }
+    let token = lease.token();
+    lease.release().await.unwrap();
+    let next = within(STEP, "the waiter's grant", waiter)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(next.token() > token);
 }

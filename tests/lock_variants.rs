@@ -16,6 +16,14 @@ async fn session() -> Session {
     connect(&shared_ensemble().connect_string(), T).await
 }
 
+/// Asserts that `task` (an acquire) is not granted within a window of several round trips:
+/// a wrong grant needs a notification and a round trip or two, which this leaves time for.
+async fn still_waiting<T: std::fmt::Debug>(task: &mut tokio::task::JoinHandle<T>, what: &str) {
+    if let Ok(done) = tokio::time::timeout(Duration::from_millis(500), task).await {
+        panic!("{what}: granted too early: {done:?}");
+    }
+}
+
 #[tokio::test]
 async fn readers_share_writers_exclude_and_queue_order_is_kept() {
     let dir = unique_path("rw");
@@ -51,24 +59,46 @@ async fn readers_share_writers_exclude_and_queue_order_is_kept() {
         "a writer is queued"
     );
 
+    let (r2_name, writer_name) = {
+        let queue = queue_order(children(&s, &dir).await);
+        (queue[1].clone(), queue[2].clone())
+    };
+    let mut writer = writer;
+    let mut late_reader = late_reader;
     r1.release().await.unwrap();
-    assert!(!writer.is_finished());
+    // Every contender is on this session, so once this synced listing is answered, r1's
+    // deletion notification has arrived; a writer that wrongly watched r1 holds within a
+    // round trip of it.
+    assert_eq!(
+        queue_order(children(&s, &dir).await)[..2],
+        [r2_name.clone(), writer_name.clone()],
+        "r1 is gone, r2 still reads"
+    );
+    still_waiting(&mut writer, "the writer, while r2 reads").await;
     r2.release().await.unwrap();
-    let w = tokio::time::timeout(Duration::from_secs(5), writer)
+    let w = within(Duration::from_secs(5), "the writer's grant", writer)
         .await
-        .unwrap()
         .unwrap();
     assert!(w.path().contains("__WRIT__"));
-    assert!(
-        !late_reader.is_finished(),
-        "the reader must wait for the writer ahead of it"
+    assert_eq!(
+        queue_order(children(&s, &dir).await)[0],
+        writer_name,
+        "the server's queue has the writer first"
     );
+    still_waiting(
+        &mut late_reader,
+        "the reader behind the writer, while it writes",
+    )
+    .await;
     let wt = w.token();
     w.release().await.unwrap();
-    let r3 = tokio::time::timeout(Duration::from_secs(5), late_reader)
-        .await
-        .unwrap()
-        .unwrap();
+    let r3 = within(
+        Duration::from_secs(5),
+        "the late reader's grant",
+        late_reader,
+    )
+    .await
+    .unwrap();
     assert!(r3.token() > wt);
     // A plain lock on the same path counts as a writer.
     let plain = s.lock(&dir);
@@ -110,7 +140,9 @@ async fn a_semaphore_admits_at_most_its_permits() {
         }));
     }
     for t in tasks {
-        t.await.unwrap();
+        within(Duration::from_secs(60), "the semaphore's users finish", t)
+            .await
+            .unwrap();
     }
     let most = most.load(Ordering::SeqCst);
     assert!(most <= 3, "{most} holders at once with 3 permits");

@@ -119,3 +119,27 @@ pub fn spawn_child(test_name: &str, role: &str, envs: &[(&str, String)]) -> toki
 pub fn child_role() -> Option<String> {
     std::env::var(CHILD_ROLE).ok()
 }
+
+/// Awaits `fut` for at most `timeout`, and panics naming `what` then: a broken build fails
+/// instead of hanging the suite.
+pub async fn within<F: Future>(timeout: Duration, what: &str, fut: F) -> F::Output {
+    match tokio::time::timeout(timeout, fut).await {
+        Ok(out) => out,
+        Err(_) => panic!("timed out after {timeout:?} waiting for: {what}"),
+    }
+}
+
+/// `names` (children of a lock directory) in queue order: by the 10-digit sequence suffix.
+pub fn queue_order(mut names: Vec<String>) -> Vec<String> {
+    names.sort_by_key(|n| {
+        n[n.len().saturating_sub(10)..]
+            .parse::<u64>()
+            .unwrap_or(u64::MAX)
+    });
+    names
+}
+
+/// The last component of a node path.
+pub fn name_of(path: &str) -> &str {
+    path.rsplit('/').next().unwrap_or(path)
+}
