@@ -1,0 +1,625 @@
+/*
+ * zkfence: the lock queue and the lease clock on a ZooKeeper ensemble, for SPIN.
+ * What is modelled, what is abstracted away, and how each part maps to the code:
+ * see README.md next to this file. Run ./check (it builds in a temp dir).
+ *
+ * One process (`sys`) owns the whole system; every step is one atomic action
+ * (a message delivered and handled, a client's own choice, a fault, or a tick).
+ * Time is discrete. All timers are countdowns and all ages are capped, so the
+ * state space is finite although time runs forever.
+ *
+ * Broken variants (each must yield a counterexample):
+ *   -DREADS_RENEW             the old clock: every answer renews from its send
+ *                             time (reads too), margin T/10, reads suppress the
+ *                             keepalive.
+ *   -DFAST_GRANT_NO_OWN_CHECK the fast grant without the exists watch on our
+ *                             own node.
+ *   -DGRANT_NO_CLOCK_CHECK    a waiter is granted without asking its clock
+ *                             (etcd issue 11456).
+ */
+
+/* ---------------------------------------------------------------- bounds */
+#define T      8        /* negotiated session timeout, in ticks            */
+#define TICK   4        /* server tickTime: T = 2 tickTime (ZooKeeper's    */
+                        /* minimum), the worst case for the report lag     */
+#define PING   (TICK/2) /* a follower reports its touches every tickTime/2 */
+#define SLACK  1        /* lease_margin: covers a message delayed 1 tick   */
+#define RL     (T/4 + SLACK) /* report_lag                                 */
+#define VAL    (T - SLACK)   /* valid_until = t* + VAL                     */
+#define VALOLD (T - 1)       /* old rule: send + T - ceil(T/10)            */
+#define KA     2        /* keepalive interval: T/6 rounded up to a tick    */
+#define FDROP  (2*TICK) /* syncLimit (2) x tickTime: a cut-off follower    */
+                        /* answers reads this long, then drops clients     */
+#define PMAX   (T+1)    /* longest client pause                            */
+#define CLMAX  (T+1)    /* longest client<->server blackhole               */
+#ifndef NF
+#define NF     2        /* faults per run (each kind at most once)         */
+#endif
+#define K      1        /* grants per client                               */
+#define AMAX   7        /* ages are capped here (>= VAL: renew nothing)    */
+
+/* ---------------------------------------------------------------- names */
+#define NOC 0           /* client connection: none                         */
+#define SL  1           /* ... to the leader                               */
+#define SF  2           /* ... to the follower                             */
+#define SX  3           /* ... closed by the server, Expired pending       */
+
+#define UP   0          /* follower: following the leader                  */
+#define CUT  1          /* ... link to the leader lost, not yet noticed    */
+#define DOWN 2          /* ... not serving (crashed, or dropped clients)   */
+
+/* client states (queue/mod.rs; HOLDING..LOSTDEL: lease.rs) */
+#define IDLE       0
+#define CREATING   1    /* enqueue: ephemeral sequential create in flight  */
+#define LISTING    2    /* position: getChildren in flight                 */
+#define WATCHING   3    /* exists(pred)+exists(own) with watches in flight */
+#define WAITING    4    /* watches set, waiting for an event               */
+#define CONFIRMING 5    /* sync + exists(own) in flight before a grant     */
+#define CONFWAIT   6    /* confirm left the clock lapsed: again next tick  */
+#define RECOVER    7    /* after a reconnect: sync + list (find our node)  */
+#define HOLDING    8
+#define DELETING   9    /* release, or cleanup of a Lost lease             */
+#define LOSTDEL    10   /* Lost; delete our node when connected            */
+#define DEAD       11
+
+/* requests, client -> server (and forwarded follower -> leader) */
+#define Q_CONN    1     /* a = 1: new session                              */
+#define Q_SYNC    2     /* keepalive                                       */
+#define Q_CREATE  3
+#define Q_DELETE  4     /* a = czxid of the node                           */
+#define Q_LIST    5
+#define Q_WATCH   6     /* a = czxid of the predecessor                    */
+#define Q_CONFIRM 7
+#define Q_RECOVER 8
+#define Q_READ    9     /* a status read (contenders())                    */
+/* answers and events, server -> client: {type, a, b} */
+#define R_CONN    11    /* a = ok                                          */
+#define R_SYNC    12    /* b = ghost: our node existed when answered       */
+#define R_CREATE  13    /* a = czxid                                       */
+#define R_DELETE  14
+#define R_LIST    15    /* a = our node's czxid (0: none), b = predecessor */
+#define R_WATCH   16    /* a = predecessor exists, b = our node exists     */
+#define R_CONFIRM 17    /* a = our node's czxid                            */
+#define R_RECOVER 18    /* as R_LIST                                       */
+#define R_READ    19
+#define E_PRED    20    /* NodeDeleted(pred): a = czxid, b = ghost: ours   */
+                        /* existed at that zxid                            */
+#define E_OWN     21    /* NodeDeleted(ours): a = czxid                    */
+#define R_EXPIRED 22
+/* follower -> leader: forwarded Q_* {Q, c, a}, or a report {F_REPORT, 0, mask} */
+#define F_REPORT  30
+/* leader -> follower: commits, or answers {Q, c, a} to forwarded requests */
+#define L_CREATE  31    /* {L_CREATE, c, czxid}                            */
+#define L_DELETE  32
+#define L_EXPIRE  33    /* session c closed                                */
+
+/* ---------------------------------------------------------------- state */
+chan creq[2]  = [5] of { byte, byte };
+chan cresp[2] = [8] of { byte, byte, byte };
+chan fl = [8] of { byte, byte, byte };
+chan lf = [8] of { byte, byte, byte };
+
+/* ensemble */
+byte z[4];              /* czxid of client c's node on server s: z[ZI(s,c)] */
+byte zx;                /* last zxid (creates only: tokens)                 */
+bool salive[2];         /* session alive at the leader                      */
+byte lexp[2];           /* leader: ticks until it expires the session       */
+byte fst;               /* follower state                                   */
+byte fcut;              /* ticks until a cut-off follower drops its clients */
+byte fping;             /* ticks until the follower's next report           */
+byte ftouch;            /* sessions touched at the follower since a report  */
+byte wp[2];             /* server-side watch: czxid of the watched pred     */
+byte wo[2];             /* server-side watch: czxid of our own node         */
+
+/* clients */
+byte cs[2];             /* state                                            */
+byte conn[2];
+bool hs[2];             /* handshake in flight                              */
+bool ns[2];             /* next connect asks for a new session              */
+byte ca[2];             /* age of the connect request                       */
+byte oa[2];             /* age of the queue operation in flight             */
+byte kq[2];             /* keepalives in flight                             */
+byte kign[2];           /* ... of which abandoned (answers ignored)         */
+byte ka[2];             /* age of the newest keepalive                      */
+byte kat[2];            /* ticks until the next keepalive                   */
+bool rq[2];             /* status read in flight                            */
+byte ra[2];             /* its age                                          */
+bool rl[2];             /* the holder runs a status loop (a read a tick)    */
+byte vu[2];             /* lease clock: ticks until valid_until (0: lapsed) */
+byte tm[2];             /* answered touches: bit k = one sent k ticks ago   */
+byte tok[2];            /* czxid of our node (the fencing token)            */
+byte pr[2];             /* czxid of the predecessor we watch                */
+byte gl[2];             /* grants left                                      */
+byte pa[2];             /* pause: ticks left                                */
+byte lc[2];             /* link blackhole: ticks left                       */
+
+/* faults and ghosts */
+byte nf = NF;           /* faults left                                      */
+byte used;              /* bit per fault kind already used                  */
+byte dd;                /* 0, or 1 + the client that died                   */
+bool adm[2];            /* an operator deleted c's node (no promise then)   */
+byte lasttok;           /* token of the last grant                          */
+
+/* scratch: always 0 between steps (plain, not hidden, so that BFS works) */
+byte m1, m2, m3, n, k, s, o, x, w1, w2, r, dz;
+
+#define ZI(sv,c)   (((sv)-1)*2 + (c))
+#define OTHER(c)   (1 - (c))
+#define LIVE(c)    (cs[c] != DEAD)
+#define CONNECTED(c) ((conn[c] == SL || conn[c] == SF) && !hs[c])
+#define BEL(c)     (cs[c] == HOLDING && !adm[c])
+#define CTD(c)     (cs[c] >= CREATING && cs[c] <= RECOVER)
+#define OPF(c)     ((cs[c] == CREATING || cs[c] == LISTING || cs[c] == WATCHING || \
+                     cs[c] == CONFIRMING || cs[c] == RECOVER || cs[c] == DELETING) && CONNECTED(c))
+
+/* deliverable, non-empty channels: time may not pass while one exists
+   (unless a tick of delay is spent): the fairness of the model */
+#define DQ(c) (len(creq[c]) > 0 && (conn[c] == SL || conn[c] == SF) && lc[c] == 0)
+#define DR(c) (len(cresp[c]) > 0 && LIVE(c) && pa[c] == 0 && lc[c] == 0)
+#define DFL   (len(fl) > 0 && fst == UP)
+#define DLF   (len(lf) > 0 && fst == UP)
+#define BUSY  (DQ(0) || DQ(1) || DR(0) || DR(1) || DFL || DLF)
+
+/* fault kinds, each at most once per run, NF in all */
+#define F_FCUT  1
+#define F_FCR   2
+#define F_LCR   4
+#define F_LINK  8
+#define F_PAUSE 16
+#define F_ADMIN 32
+#define F_DEATH 64
+#define F_DELAY 128
+#define FAULT(bit) (nf > 0 && (used & (bit)) == 0)
+#define SPEND(bit) nf--; used = used | (bit)
+
+/* ---------------------------------------------------------------- helpers */
+inline csend(c, t, a) { assert(nfull(creq[c])); creq[c]!t,a }
+inline rsend(c, t, a, b) { assert(nfull(cresp[c])); cresp[c]!t,a,b }
+inline flsend(t, c, a) { assert(nfull(fl)); fl!t,c,a }
+inline lfsend(t, c, a) { assert(nfull(lf)); lf!t,c,a }
+inline age(v) { if :: v < AMAX -> v++ :: else -> skip fi }
+
+/* Drop client c's forwarded requests and their answers (its connection closed). */
+inline purge(c) {
+  n = len(fl);
+  do
+  :: n > 0 -> fl?m1,m2,m3;
+     if :: m1 == F_REPORT || m2 != c -> fl!m1,m2,m3 :: else -> skip fi; n--
+  :: else -> break
+  od;
+  n = len(lf);
+  do
+  :: n > 0 -> lf?m1,m2,m3;
+     if :: m1 >= L_CREATE || m2 != c -> lf!m1,m2,m3 :: else -> skip fi; n--
+  :: else -> break
+  od;
+  m1 = 0; m2 = 0; m3 = 0
+}
+
+inline flush(ch) { do :: nempty(ch) -> ch?_,_,_ :: empty(ch) -> break od }
+inline flush2(ch) { do :: nempty(ch) -> ch?_,_ :: empty(ch) -> break od }
+
+/* The connection of client c ends (the client sees it at once). */
+inline disconnect(c) {
+  flush2(creq[c]); flush(cresp[c]); purge(c);
+  conn[c] = NOC; hs[c] = 0; wp[c] = 0; wo[c] = 0; kq[c] = 0; kign[c] = 0; rq[c] = 0
+}
+
+/* The server closes an expired session's connection. */
+inline close_expired(c) {
+  flush2(creq[c]); flush(cresp[c]); purge(c);
+  wp[c] = 0; wo[c] = 0; conn[c] = SX;
+  rsend(c, R_EXPIRED, 0, 0)
+}
+
+inline drop_clients(sv) {
+  if :: conn[0] == sv -> disconnect(0) :: else -> skip fi;
+  if :: conn[1] == sv -> disconnect(1) :: else -> skip fi
+}
+
+#define OWNOK(sv,c) (tok[c] != 0 && z[ZI(sv,c)] == tok[c])
+
+/* Server sv applies the delete of client c's node zz: watches fire, in zxid order. */
+inline apply_delete(sv, c, zz) {
+  if :: z[ZI(sv,c)] == zz -> z[ZI(sv,c)] = 0 :: else -> skip fi;
+  if :: conn[0] == sv && zz != 0 && wp[0] == zz -> wp[0] = 0; rsend(0, E_PRED, zz, OWNOK(sv,0)) :: else -> skip fi;
+  if :: conn[1] == sv && zz != 0 && wp[1] == zz -> wp[1] = 0; rsend(1, E_PRED, zz, OWNOK(sv,1)) :: else -> skip fi;
+  if :: conn[c] == sv && zz != 0 && wo[c] == zz -> wo[c] = 0; rsend(c, E_OWN, zz, 0) :: else -> skip fi
+}
+
+inline l_delete(c, zz) {
+  apply_delete(SL, c, zz);
+  if :: fst == UP -> lfsend(L_DELETE, c, zz) :: else -> skip fi
+}
+
+inline l_create(c) {
+  assert(z[ZI(SL,c)] == 0);     /* one node per client: see README */
+  zx++; z[ZI(SL,c)] = zx; adm[c] = 0;
+  if :: fst == UP -> lfsend(L_CREATE, c, zx) :: else -> skip fi
+}
+
+inline expire(c) {
+  salive[c] = 0;
+  if :: z[ZI(SL,c)] != 0 -> dz = z[ZI(SL,c)]; l_delete(c, dz); dz = 0 :: else -> skip fi;
+  if :: conn[c] == SL -> close_expired(c) :: else -> skip fi;
+  if :: fst == UP -> lfsend(L_EXPIRE, c, 0) :: else -> skip fi
+}
+
+/* The listing of server sv for client c: x = our node, k = predecessor. */
+inline listing(sv, c) {
+  o = OTHER(c); x = z[ZI(sv,c)];
+  if :: x != 0 && z[ZI(sv,o)] != 0 && z[ZI(sv,o)] < x -> k = z[ZI(sv,o)] :: else -> k = 0 fi
+}
+
+/* A read answered by server sv (the leader for its own clients, the
+   follower from its own tree, even when cut off). */
+inline read(sv, c, t, a) {
+  if
+  :: t == Q_LIST || t == Q_RECOVER ->
+     listing(sv, c); rsend(c, (t == Q_LIST -> R_LIST : R_RECOVER), x, k); x = 0; k = 0
+  :: t == Q_CONFIRM -> rsend(c, R_CONFIRM, z[ZI(sv,c)], 0)
+  :: t == Q_WATCH ->
+     o = OTHER(c);
+     if :: a != 0 && z[ZI(sv,o)] == a -> wp[c] = a; w1 = 1 :: else -> w1 = 0 fi;
+#ifdef FAST_GRANT_NO_OWN_CHECK
+     w2 = 1;                    /* the old code set no watch on its own node */
+#else
+     if :: OWNOK(sv,c) -> wo[c] = tok[c]; w2 = 1 :: else -> w2 = 0 fi;
+#endif
+     rsend(c, R_WATCH, w1, w2); w1 = 0; w2 = 0
+  :: t == Q_READ -> rsend(c, R_READ, 0, 0)
+  fi;
+  o = 0
+}
+
+/* The leader handles a request of client c, received directly (fw = 0) or
+   forwarded by the follower (fw = 1; answers go back on lf). */
+inline l_handle(c, t, a, fw) {
+  if
+  :: t == Q_CONN ->
+     if :: a -> salive[c] = 1; lexp[c] = T; r = 1
+        :: !a && salive[c] -> lexp[c] = T; r = 1
+        :: else -> r = 0
+     fi;
+     if :: fw -> lfsend(Q_CONN, c, r) :: else -> rsend(c, R_CONN, r, 0) fi; r = 0
+  :: t != Q_CONN && !salive[c] -> skip   /* its connection is being closed */
+  :: t != Q_CONN && salive[c] ->
+     if :: !fw -> lexp[c] = T :: else -> skip fi;  /* forwarded: no touch */
+     if
+     :: t == Q_SYNC -> if :: fw -> lfsend(Q_SYNC, c, 0) :: else -> rsend(c, R_SYNC, 0, OWNOK(SL,c)) fi
+     :: t == Q_CREATE ->
+        l_create(c);
+        if :: fw -> lfsend(Q_CREATE, c, z[ZI(SL,c)]) :: else -> rsend(c, R_CREATE, z[ZI(SL,c)], 0) fi
+     :: t == Q_DELETE ->
+        if :: a != 0 && z[ZI(SL,c)] == a -> l_delete(c, a) :: else -> skip fi;
+        if :: fw -> lfsend(Q_DELETE, c, 0) :: else -> rsend(c, R_DELETE, 0, 0) fi
+     :: t == Q_CONFIRM || t == Q_RECOVER ->
+        /* sync, then the read: answered by whoever the client is connected to */
+        if :: fw -> lfsend(t, c, 0) :: else -> read(SL, c, t, a) fi
+     :: t == Q_LIST || t == Q_WATCH || t == Q_READ -> assert(!fw); read(SL, c, t, a)
+     fi
+  fi
+}
+
+/* ------------------------------------------------- the lease clock (clock.rs) */
+/* A touch sent k ticks ago can only ever renew to VAL - k, and that bound
+   falls with time exactly as vu does: once VAL - k <= vu, bit k is useless
+   and is dropped (this keeps the state space small, it changes nothing). */
+#define TRIM(c) tm[c] = tm[c] & ((1 << (VAL - vu[c])) - 1)
+#ifdef READS_RENEW
+inline touch(c, ag) { skip }    /* the old clock keeps no touches */
+#else
+inline touch(c, ag) { if :: ag < AMAX -> tm[c] = tm[c] | (1 << ag); TRIM(c) :: else -> skip fi }
+#endif
+inline renew(c, v) { if :: v > vu[c] -> vu[c] = v; TRIM(c) :: else -> skip fi }
+
+/* An answered sync or write sent ag ticks ago: t* = the latest answered
+   touch sent at least RL ticks before it; valid_until = t* + T - slack. */
+inline proof(c, ag) {
+  k = ag + RL;
+  do
+  :: k < AMAX && ((tm[c] >> k) & 1) -> renew(c, VAL - k); break
+  :: k < AMAX && !((tm[c] >> k) & 1) -> k++
+  :: k >= AMAX -> break
+  od;
+  k = 0
+}
+
+/* ops.rs: every answer is a touch; syncs and writes are proofs; reads never. */
+inline answered_read(c, ag) {
+  touch(c, ag);
+#ifdef READS_RENEW
+  if :: ag < VALOLD -> renew(c, VALOLD - ag) :: else -> skip fi; kat[c] = KA
+#endif
+}
+inline answered_proof(c, ag) {
+  touch(c, ag);
+#ifdef READS_RENEW
+  if :: ag < VALOLD -> renew(c, VALOLD - ag) :: else -> skip fi; kat[c] = KA
+#else
+  proof(c, ag)
+#endif
+}
+inline answered_connect(c, ag) {
+  touch(c, ag);
+  if :: ag < VAL -> renew(c, VAL - ag) :: else -> skip fi
+}
+
+/* -------------------------------------------- grants (queue/mod.rs, admission.rs) */
+inline grant(c, ok) {
+  assert(ok);                   /* (3) a grant only on an existing node     */
+  assert(adm[c] || !BEL(OTHER(c))); /* (2) the old holder's Lost came first */
+  assert(adm[c] || tok[c] > lasttok); /* (4) tokens of successive grants increase */
+  if :: !adm[c] -> lasttok = tok[c] :: else -> skip fi;
+  cs[c] = HOLDING; gl[c]--;
+  if :: rl[c] = 0 :: rl[c] = 1 fi   /* this holder runs a status loop, or not */
+}
+
+inline try_grant(c, ok) {
+#ifdef GRANT_NO_CLOCK_CHECK
+  grant(c, ok)
+#else
+  if
+  :: vu[c] > 0 -> grant(c, ok)
+  :: else -> csend(c, Q_CONFIRM, 0); oa[c] = 0; cs[c] = CONFIRMING
+  fi
+#endif
+}
+
+inline enqueue(c) { csend(c, Q_CREATE, 0); oa[c] = 0; cs[c] = CREATING }
+
+/* A listing answer (plain, or after a reconnect) at client c. */
+inline position(c, own, pred) {
+  if
+  :: own == 0 -> enqueue(c)              /* our node is gone: enqueue again */
+  :: own != 0 && pred == 0 -> try_grant(c, 1)
+  :: own != 0 && pred != 0 -> pr[c] = pred; csend(c, Q_WATCH, pred); oa[c] = 0; cs[c] = WATCHING
+  fi
+}
+
+inline session_lost(c) {
+  vu[c] = 0; tm[c] = 0; ns[c] = 1; hs[c] = 0; kq[c] = 0; kign[c] = 0; rq[c] = 0;
+  if
+  :: cs[c] == HOLDING || cs[c] == LOSTDEL || cs[c] == DELETING -> cs[c] = IDLE; tok[c] = 0
+  :: else -> skip                        /* contending: recover after connect */
+  fi
+}
+
+/* Client c handles one answer or event. */
+inline client_recv(c) {
+  cresp[c]?m1,m2,m3;
+  if
+  :: m1 == R_CONN && m2 ->
+     hs[c] = 0; ns[c] = 0; answered_connect(c, ca[c]); kat[c] = KA;
+     if
+     :: CTD(c) -> csend(c, Q_RECOVER, 0); oa[c] = 0; cs[c] = RECOVER
+     :: cs[c] == DELETING || cs[c] == LOSTDEL -> csend(c, Q_DELETE, tok[c]); oa[c] = 0; cs[c] = DELETING
+     :: else -> skip
+     fi
+  :: m1 == R_CONN && !m2 -> session_lost(c); disconnect(c)
+  :: m1 == R_EXPIRED -> session_lost(c); conn[c] = NOC
+  :: m1 == R_SYNC ->
+     if
+     :: kign[c] > 0 -> kign[c]--; kq[c]--   /* abandoned keepalive */
+     :: kign[c] == 0 && kq[c] > 0 -> kq[c]--; answered_proof(c, ka[c])
+     :: else -> assert(false)
+     fi
+  :: m1 == R_READ -> rq[c] = 0; answered_read(c, ra[c])
+  :: m1 == R_CREATE ->
+     assert(cs[c] == CREATING); answered_proof(c, oa[c]);
+     tok[c] = m2; csend(c, Q_LIST, 0); oa[c] = 0; cs[c] = LISTING
+  :: m1 == R_LIST ->
+     assert(cs[c] == LISTING); answered_read(c, oa[c]);
+     assert(m2 == 0 || m2 == tok[c]);
+     position(c, m2, m3)
+  :: m1 == R_RECOVER ->
+     assert(cs[c] == RECOVER); answered_proof(c, oa[c]);
+     tok[c] = m2;                        /* protected create: adopt our node */
+     position(c, m2, m3)
+  :: m1 == R_WATCH ->
+     assert(cs[c] == WATCHING); answered_read(c, oa[c]);
+     if
+     :: !m3 -> enqueue(c)
+     :: m3 && !m2 -> csend(c, Q_LIST, 0); oa[c] = 0; cs[c] = LISTING
+     :: m3 && m2 -> cs[c] = WAITING
+     fi
+  :: m1 == R_CONFIRM ->
+     assert(cs[c] == CONFIRMING); answered_proof(c, oa[c]);
+     if
+     :: m2 == 0 || m2 != tok[c] -> enqueue(c)
+     :: m2 != 0 && m2 == tok[c] && vu[c] > 0 -> grant(c, 1)
+     :: m2 != 0 && m2 == tok[c] && vu[c] == 0 -> cs[c] = CONFWAIT
+     fi
+  :: m1 == R_DELETE -> assert(cs[c] == DELETING); answered_proof(c, oa[c]); cs[c] = IDLE; tok[c] = 0
+  :: m1 == E_PRED ->
+     /* the predecessor we watched was the head of our last listing (with two
+        contenders it always is): we hold without listing again, unless the
+        event for our own node came first (then we left WAITING already) */
+     if :: cs[c] == WAITING && m2 == pr[c] -> try_grant(c, m3) :: else -> skip fi
+  :: m1 == E_OWN && m2 == tok[c] ->
+     if
+#ifndef FAST_GRANT_NO_OWN_CHECK
+     :: cs[c] == WAITING || cs[c] == CONFWAIT -> enqueue(c)
+#endif
+     :: cs[c] == HOLDING -> cs[c] = IDLE; tok[c] = 0   /* Lost: node deleted */
+     :: else -> skip
+     fi
+  :: m1 == E_OWN && m2 != tok[c] -> skip  /* a stale watch */
+  :: else -> assert(false)
+  fi;
+  m1 = 0; m2 = 0; m3 = 0
+}
+
+/* The follower handles a request of client c. */
+inline f_handle(c) {
+  creq[c]?m1,m2;
+  ftouch = ftouch | (1 << c);
+  if
+  :: m1 == Q_LIST || m1 == Q_WATCH || m1 == Q_READ -> read(SF, c, m1, m2)
+  :: else -> if :: fst == UP -> flsend(m1, c, m2) :: else -> skip fi  /* cut: lost */
+  fi;
+  m1 = 0; m2 = 0
+}
+
+/* The follower handles a commit or an answer from the leader. */
+inline f_from_leader() {
+  lf?m1,s,dz;                   /* s: the client, dz: the argument */
+  if
+  :: m1 == L_CREATE -> z[ZI(SF,s)] = dz
+  :: m1 == L_DELETE -> apply_delete(SF, s, dz)
+  :: m1 == L_EXPIRE -> if :: conn[s] == SF -> close_expired(s) :: else -> skip fi
+  :: m1 < L_CREATE && conn[s] != SF -> skip
+  :: m1 < L_CREATE && conn[s] == SF ->
+     if
+     :: m1 == Q_CONN -> rsend(s, R_CONN, dz, 0)
+     :: m1 == Q_SYNC -> rsend(s, R_SYNC, 0, OWNOK(SF,s))
+     :: m1 == Q_CREATE -> rsend(s, R_CREATE, dz, 0)
+     :: m1 == Q_DELETE -> rsend(s, R_DELETE, 0, 0)
+     :: m1 == Q_CONFIRM || m1 == Q_RECOVER -> read(SF, s, m1, 0)
+     fi
+  fi;
+  m1 = 0; s = 0; dz = 0
+}
+
+inline l_from_follower() {
+  fl?m1,m2,m3;
+  if
+  :: m1 == F_REPORT ->
+     if :: (m3 & 1) && salive[0] -> lexp[0] = T :: else -> skip fi;
+     if :: (m3 & 2) && salive[1] -> lexp[1] = T :: else -> skip fi
+  :: else -> s = m2; l_handle(s, m1, m3, 1); s = 0
+  fi;
+  m1 = 0; m2 = 0; m3 = 0
+}
+
+/* ---------------------------------------------------------------- a tick */
+inline client_tick(c) {
+  if :: cs[c] != HOLDING -> rl[c] = 0 :: else -> skip fi;
+  if
+  :: LIVE(c) ->
+     /* ages only of what is in flight (else 0: fewer states) */
+     if :: OPF(c) -> age(oa[c]) :: else -> oa[c] = 0 fi;
+     if :: kq[c] > 0 -> age(ka[c]) :: else -> ka[c] = 0 fi;
+     if :: hs[c] -> age(ca[c]) :: else -> ca[c] = 0 fi;
+     if :: rq[c] -> age(ra[c]) :: else -> ra[c] = 0 fi;
+     tm[c] = (tm[c] << 1) & 127;
+     if :: kat[c] > 0 -> kat[c]-- :: else -> skip fi;
+     if :: vu[c] > 0 -> vu[c]--;
+           if :: vu[c] == 0 && cs[c] == HOLDING -> cs[c] = LOSTDEL :: else -> skip fi  /* Lost */
+        :: else -> skip fi;
+     if :: lc[c] > 0 -> lc[c]--; if :: lc[c] == 0 -> disconnect(c) :: else -> skip fi :: else -> skip fi;
+     if :: pa[c] > 0 -> pa[c]-- :: else -> skip fi
+  :: else -> skip
+  fi
+}
+
+inline client_timers(c) {
+  if
+  :: LIVE(c) && pa[c] == 0 && conn[c] == NOC ->
+     /* reconnect: to the leader, or to the follower if it serves */
+     if :: true -> conn[c] = SL :: fst == UP -> conn[c] = SF fi;
+     hs[c] = 1; ca[c] = 0; csend(c, Q_CONN, ns[c])
+  :: LIVE(c) && pa[c] == 0 && CONNECTED(c) ->
+     if
+     :: kat[c] == 0 && kq[c] == 0 -> csend(c, Q_SYNC, 0); kq[c] = 1; ka[c] = 0; kat[c] = KA
+     :: kat[c] == 0 && kq[c] == 1 && ka[c] >= KA ->     /* abandon it, send anew */
+        kign[c] = 1; csend(c, Q_SYNC, 0); kq[c] = 2; ka[c] = 0; kat[c] = KA
+     :: else -> skip
+     fi;
+     if :: cs[c] == HOLDING && rl[c] && !rq[c] -> csend(c, Q_READ, 0); rq[c] = 1; ra[c] = 0
+        :: else -> skip fi;
+     if :: cs[c] == LOSTDEL -> csend(c, Q_DELETE, tok[c]); oa[c] = 0; cs[c] = DELETING
+        :: cs[c] == CONFWAIT -> csend(c, Q_CONFIRM, 0); oa[c] = 0; cs[c] = CONFIRMING
+        :: else -> skip fi
+  :: else -> skip
+  fi
+}
+
+inline leader_tick(c) {
+  if :: salive[c] -> lexp[c]--; if :: lexp[c] == 0 -> expire(c) :: else -> skip fi
+     :: else -> skip fi
+}
+
+inline tick() {
+  if :: BUSY -> SPEND(F_DELAY) :: else -> skip fi;   /* messages held a tick */
+  client_tick(0); client_tick(1);
+  leader_tick(0); leader_tick(1);
+  if
+  :: fst == UP -> fping--;
+     if :: fping == 0 ->
+           if :: ftouch != 0 -> flsend(F_REPORT, 0, ftouch); ftouch = 0 :: else -> skip fi;
+           fping = PING
+        :: else -> skip fi
+  :: fst == CUT -> fcut--;
+     if :: fcut == 0 -> drop_clients(SF); fst = DOWN :: else -> skip fi
+  :: fst == DOWN -> skip
+  fi;
+  client_timers(0); client_timers(1)
+}
+
+/* ---------------------------------------------------------------- faults */
+
+inline client_choices(c) {
+  if
+  :: LIVE(c) && pa[c] == 0 && cs[c] == IDLE && gl[c] > 0 && CONNECTED(c) -> enqueue(c)
+  :: LIVE(c) && pa[c] == 0 && cs[c] == HOLDING && CONNECTED(c) ->        /* release */
+     csend(c, Q_DELETE, tok[c]); oa[c] = 0; cs[c] = DELETING
+  :: FAULT(F_DEATH) && cs[c] == HOLDING -> SPEND(F_DEATH);                /* the holder dies */
+     disconnect(c); cs[c] = DEAD; dd = c + 1; pa[c] = 0; lc[c] = 0
+  :: FAULT(F_LINK) && (conn[c] == SL || conn[c] == SF) && LIVE(c) -> SPEND(F_LINK); lc[c] = CLMAX
+  :: lc[c] > 0 -> lc[c] = 0; disconnect(c)                              /* link torn down */
+  :: FAULT(F_PAUSE) && LIVE(c) -> SPEND(F_PAUSE); pa[c] = PMAX
+  :: pa[c] > 0 -> pa[c] = 0                                             /* resumes */
+  :: FAULT(F_ADMIN) && z[ZI(SL,c)] != 0 -> SPEND(F_ADMIN); adm[c] = 1;
+     dz = z[ZI(SL,c)]; l_delete(c, dz); dz = 0
+  fi
+}
+
+active proctype sys() {
+  atomic {
+    salive[0] = 1; salive[1] = 1; lexp[0] = T; lexp[1] = T;
+    conn[0] = SF; conn[1] = SL;     /* sessions established at time 0 */
+    vu[0] = VAL; vu[1] = VAL; tm[0] = 1; tm[1] = 1;
+    kat[0] = KA; kat[1] = KA; gl[0] = K; gl[1] = K;
+    fst = UP; fping = PING
+  }
+end:
+  do
+  /* deliveries */
+  :: atomic { DQ(0) && conn[0] == SL -> creq[0]?m1,m2; s = 0; l_handle(s, m1, m2, 0); m1 = 0; m2 = 0; s = 0 }
+  :: atomic { DQ(1) && conn[1] == SL -> creq[1]?m1,m2; s = 1; l_handle(s, m1, m2, 0); m1 = 0; m2 = 0; s = 0 }
+  :: atomic { DQ(0) && conn[0] == SF -> f_handle(0) }
+  :: atomic { DQ(1) && conn[1] == SF -> f_handle(1) }
+  :: atomic { DR(0) -> client_recv(0) }
+  :: atomic { DR(1) -> client_recv(1) }
+  :: atomic { DFL -> l_from_follower() }
+  :: atomic { DLF -> f_from_leader() }
+  /* time */
+  :: atomic { (!BUSY || FAULT(F_DELAY)) -> tick() }
+  /* clients' own choices and client faults */
+  :: atomic { client_choices(0) }
+  :: atomic { client_choices(1) }
+  /* server faults */
+  :: atomic { FAULT(F_FCUT) && fst == UP -> SPEND(F_FCUT);       /* follower<->leader link lost */
+              flush(fl); flush(lf); fst = CUT; fcut = FDROP }
+  :: atomic { FAULT(F_FCR) && fst != DOWN -> SPEND(F_FCR);       /* follower crash */
+              flush(fl); flush(lf); drop_clients(SF); fst = DOWN }
+  :: atomic { FAULT(F_LCR) -> SPEND(F_LCR);                      /* leader crash: a new leader */
+              flush(fl); flush(lf); drop_clients(SL);
+              if :: fst == UP -> drop_clients(SF); fst = DOWN :: else -> skip fi;
+              if :: salive[0] -> lexp[0] = T :: else -> skip fi;  /* deadlines reset */
+              if :: salive[1] -> lexp[1] = T :: else -> skip fi }
+  :: atomic { fst == DOWN ->                                     /* follower (re)joins */
+              fst = UP; z[2] = z[0]; z[3] = z[1]; ftouch = 0; fping = PING }
+  od
+}
+
+/* (1) never two clients whose clocks say Held while both believe they hold */
+active proctype p1() {
+  atomic { (BEL(0) && vu[0] > 0 && BEL(1) && vu[1] > 0) -> assert(false) }
+}
+
+/* (5) if the holder dies, a contender is eventually granted */
+#define P5 ((dd == 1 && CTD(1)) || (dd == 2 && CTD(0)))
+#define Q5 ((dd == 1 && cs[1] == HOLDING) || (dd == 2 && cs[0] == HOLDING))
+ltl live { [] (P5 -> <> Q5) }
