@@ -139,12 +139,25 @@ impl Leadership {
 
     /// Resolves when leadership is lost, with the reason: before any other candidate can be
     /// elected. Cancel safe.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only observes.
+    ///
+    /// # Notable errors
+    /// None: it resolves with the reason instead.
     pub async fn lost(&self) -> LossReason {
         self.lease.lost().await
     }
 
     /// Hands leadership to the next candidate in line: deletes our node and waits until the
     /// ensemble confirms it. Dropping a `Leadership` resigns too, in the background.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: if the future is dropped the delete goes on in the background.
+    ///
+    /// # Notable errors
+    /// - [`Error::SessionExpired`], [`Error::SessionClosed`]: the session ended, which
+    ///   removed the node (leadership is given up either way).
     pub async fn resign(self) -> Result<()> {
         tracing::info!(id = %self.id, token = %self.token(), "resigning leadership");
         self.lease.release().await
@@ -451,6 +464,14 @@ pub struct LeaderChanges {
 impl LeaderChanges {
     /// The next leader change: `Some(Ok(None))` means nobody leads. `None` after an error
     /// was delivered (e.g. the session expired).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a change not yet taken stays queued for the next call.
+    ///
+    /// # Notable errors
+    /// - [`Error::SessionExpired`], [`Error::SessionClosed`], [`Error::AuthFailed`] as the
+    ///   last item when the observing session ends.
+    /// - [`Error::NoAuth`] if the election directory's ACL forbids reading.
     pub async fn next(&mut self) -> Option<Result<Option<LeaderInfo>>> {
         self.rx.recv().await
     }

@@ -186,6 +186,9 @@ impl Lease {
     ///
     /// # Cancel safety
     /// Cancel safe: it only observes; the watch on our node stays.
+    ///
+    /// # Notable errors
+    /// None: it resolves with the [`LossReason`] instead.
     pub async fn lost(&self) -> LossReason {
         self.loss_watch().lost().await
     }

@@ -37,31 +37,43 @@
 //! only the node just ahead of it: a release wakes exactly one waiter, and the queue is
 //! first-come, first-served. The node lives as long as the contender's ZooKeeper session, so a
 //! crashed holder's lock frees itself after the session timeout, and the ensemble (a quorum of
-//! servers) survives losing a minority of its members. The node's sequence number is the
-//! [`FencingToken`].
+//! servers) survives losing a minority of its members. The node's creation zxid is the
+//! [`FencingToken`]; its sequence number orders the queue (serial-number order, right across
+//! the counter's wrap). Lock directories are container nodes, which ZooKeeper removes once
+//! empty ([`SessionOptions::persistent_directories`] keeps them).
 //!
 //! # The safety model
 //!
 //! - **What the lock service guarantees.** A [`Lease`] is reported
-//!   [`Lost`](LeaseState::Lost) *before* the ensemble can give the lock to anyone else: the
-//!   [`Session`] keeps a lease clock (`valid_until` = send time of the last answered request +
-//!   session timeout − margin) which runs out before the server can expire the session. A
-//!   disconnection alone does not lose the lock: the lease is
-//!   [`Suspended`](LeaseState::Suspended) and returns to `Held` if the client reconnects in
-//!   time.
+//!   [`Lost`](LeaseState::Lost) *before* the ensemble can give the lock to anyone else. Only
+//!   the ZooKeeper leader expires sessions, from the touches its followers report; so the
+//!   [`Session`]'s lease clock is renewed only by answers that went through the leader (a
+//!   `sync` or a write), and each vouches for what the leader must have heard: touches sent at
+//!   least `T/4 + slack` earlier. `valid_until` = that touch + `T` − slack. Reads — which a
+//!   follower cut off from its leader goes on answering — never renew it. In practice a
+//!   holder is told `Lost` about `0.6 T` after its last answered keepalive, while the leader
+//!   cannot expire it before about `0.8 T` after it. It assumes ZooKeeper's default bound
+//!   `T ≥ 2 × tickTime` and clocks that advance at the same rate on both sides.
+//! - **A blip is not a loss.** A disconnection that ends while the clock still vouches costs
+//!   nothing (the lease may show [`Suspended`](LeaseState::Suspended) meanwhile).
+//! - **A grant is never stale.** A waiter second in line watches its own node in the same
+//!   round trip as its predecessor and is never granted after its node was deleted; a waiter
+//!   whose clock went quiet confirms with the leader before it is granted.
 //! - **What it cannot guarantee.** A process that stalls (a GC pause, a frozen VM) between
 //!   checking its lease and writing can write after the lease ended. No lock service can
 //!   prevent that.
 //! - **What the resource must do.** Check the token: remember the newest token seen and
-//!   refuse older ones ([`Fence`] does exactly that). Tokens of one lock strictly grow with
-//!   each grant. For data kept in ZooKeeper itself, [`Lease::fenced_write`] makes the
-//!   ensemble refuse the write unless our node still exists.
+//!   refuse older ones ([`Fence`] does exactly that; the README shows the same in SQL).
+//!   Tokens of one lock strictly grow with each grant, also across a re-created directory.
+//!   For data kept in ZooKeeper itself, [`Lease::fenced_write`] makes the ensemble refuse
+//!   the write unless our node still exists.
 //!
 //! # Logging
 //!
 //! Operators see `tracing` events at `info` for *enqueued*, *queued* (position), *waiting on
-//! predecessor*, *granted*, *released*, session state changes, and at `warn` for *lease lost*
-//! and a lapsed lease clock, inside a `zkfence.acquire` span naming the lock directory.
+//! predecessor*, *granted*, *released*, *created lock directory*, *confirming at grant*,
+//! session state changes, and at `warn` for *lease lost* and a lapsed lease clock, inside a
+//! `zkfence.acquire` span naming the lock directory.
 
 #![warn(missing_docs)]
 

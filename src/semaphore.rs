@@ -86,12 +86,26 @@ impl Semaphore {
     /// # Cancel safety
     /// Cancel safe: dropping the future gives up our place and removes our nodes in the
     /// background.
+    ///
+    /// # Notable errors
+    /// - [`Error::InvalidPath`], [`Error::NoAuth`] for bad input; nothing is left behind.
+    /// - [`Error::SessionExpired`], [`Error::SessionClosed`]: connect a new session.
+    /// - [`Error::NodeDeleted`] if someone deleted our node while we waited.
+    /// - [`Error::NoAnswer`] if the ensemble did not vouch for the session at the grant.
     pub async fn acquire(&self) -> Result<Lease> {
         self.acquire_until(None).await
     }
 
     /// Like [`acquire`](Self::acquire), giving up after `timeout` with [`Error::Timeout`];
-    /// nothing is left behind.
+    /// nothing is left behind. Returns within `timeout` plus a fraction of a second even when
+    /// the ensemble does not answer.
+    ///
+    /// # Cancel safety
+    /// Cancel safe, as [`acquire`](Self::acquire).
+    ///
+    /// # Notable errors
+    /// - [`Error::Timeout`] when `timeout` passed; nothing is held.
+    /// - The errors of [`acquire`](Self::acquire).
     pub async fn acquire_timeout(&self, timeout: Duration) -> Result<Lease> {
         self.acquire_until(Some(Instant::now() + timeout)).await
     }
@@ -120,6 +134,12 @@ impl Semaphore {
     }
 
     /// Takes a permit if one is free and nobody is waiting for one; never waits.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a dropped call leaves no node behind.
+    ///
+    /// # Notable errors
+    /// The errors of [`acquire`](Self::acquire) but [`Error::NodeDeleted`].
     pub async fn try_acquire(&self) -> Result<Option<Lease>> {
         crate::node::validate_path(&self.path)?;
         let mutex = self.session.lock(&format!("{}/locks", self.path));
@@ -140,6 +160,13 @@ impl Semaphore {
     }
 
     /// The current holders of permits, oldest first (not the acquirer waiting for one).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
+    ///
+    /// # Notable errors
+    /// - [`Error::InvalidPath`] for a bad path; [`Error::NoAuth`] if the ACL forbids reading.
+    /// - [`Error::SessionExpired`], [`Error::SessionClosed`].
     pub async fn holders(&self) -> Result<Vec<Contender>> {
         crate::node::validate_path(&self.path)?;
         queue::list_contenders(self.session.shared(), &self.leases_dir(), self.permits).await

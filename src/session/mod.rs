@@ -278,10 +278,14 @@ impl Drop for Inner {
 /// # Guarantees
 ///
 /// - A [`Lease`](crate::Lease) is reported [`Lost`](crate::LeaseState::Lost) no later than
-///   `valid_until`, which is before the server can expire the session and let another
-///   contender in (see the module docs of the lease clock in `session.rs`).
-/// - A short disconnection that ends before `valid_until` costs nothing: leases return from
-///   `Suspended` to `Held`.
+///   [`valid_until`](Self::valid_until), which is before the leader can expire the session
+///   and let another contender in. The clock is renewed only by answers that went through
+///   the leader (a `sync` or a write), each vouching for the touches sent at least
+///   `T/4 + slack` before it, until `touch + T − slack`; reads never renew it. Without other
+///   traffic a keepalive `sync` every `T/6` keeps it running, and a holder is told `Lost`
+///   about `0.6 T` after the last answered one (the crate docs' safety model).
+/// - A short disconnection that ends while the clock vouches costs nothing: leases stay, or
+///   return from `Suspended` to, `Held`.
 ///
 /// ```no_run
 /// # async fn f() -> zkfence::Result<()> {
@@ -314,6 +318,9 @@ impl Session {
     /// Connects to the ensemble and starts the lease clock.
     ///
     /// `connect` is `host:port[,host:port...][/chroot]`.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a dropped connect closes whatever session it had opened.
     ///
     /// # Notable errors
     /// - [`Error::ConnectFailed`] if no server answered within the connect timeout.
@@ -456,6 +463,12 @@ impl Session {
 
     /// Waits for the next change of [`state`](Self::state) and returns the new state.
     /// Returns at once with the terminal state if the session has ended.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only observes.
+    ///
+    /// # Notable errors
+    /// None: a session that ended reports its terminal state.
     pub async fn state_changed(&self) -> SessionState {
         let mut rx = self.inner.shared.clock.clock.subscribe();
         let start = rx.borrow_and_update().state;
@@ -488,6 +501,9 @@ impl Session {
     ///
     /// # Cancel safety
     /// Cancel safe: it only observes.
+    ///
+    /// # Notable errors
+    /// None: `None` stands for a lapsed clock or an ended session.
     pub async fn valid_until_changed(&self) -> Option<Instant> {
         let mut rx = self.inner.shared.clock.clock.subscribe();
         let start = *rx.borrow_and_update();
