@@ -621,6 +621,9 @@ impl Queue {
             };
             Counters::bump(&shared.counters.wakeups);
             if predecessor_event == NodeEvent::Deleted {
+                // An event of the same transaction (a multi that deleted both nodes) may be
+                // in the client's hands but not yet dispatched: let it run once first.
+                tokio::task::yield_now().await;
                 match own_watch.arrived() {
                     Some(Ok(NodeEvent::Deleted)) => return Err(self.vanished(&node)),
                     Some(Err(err)) => return Err(err),

@@ -508,10 +508,8 @@ impl Session {
         let mut rx = self.inner.shared.clock.clock.subscribe();
         let start = *rx.borrow_and_update();
         loop {
-            if self.valid_until().is_none() {
-                return None;
-            }
-            let valid_until = rx.borrow().valid_until;
+            // None once the clock lapsed or the session ended.
+            let valid_until = self.valid_until()?;
             tokio::select! {
                 changed = rx.changed() => {
                     if changed.is_err() {
