@@ -158,7 +158,10 @@ async fn lead(
                 _ => None,
             }) {
                 Some(r) => format!("lost leadership of {} ({r})", o.path),
-                None => format!("leadership of {} was about to run out unrenewed", o.path),
+                None => format!(
+                    "lost leadership of {} (its lease was about to run out unrenewed)",
+                    o.path
+                ),
             };
             eprintln!(
                 "zkfence: {why} while {} ran: its process group was stopped (SIGTERM, SIGKILL by the lease's deadline)",

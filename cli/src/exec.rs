@@ -180,7 +180,10 @@ async fn hold(
             });
             let why = match reason {
                 Some(r) => format!("lost the lock on {} ({r})", o.lockpath),
-                None => format!("the lease on {} was about to run out unrenewed", o.lockpath),
+                None => format!(
+                    "lost the lock on {} (its lease was about to run out unrenewed)",
+                    o.lockpath
+                ),
             };
             eprintln!(
                 "zkfence: {why} while {} ran: its process group was stopped (SIGTERM, SIGKILL by the lease's deadline); \

@@ -237,12 +237,12 @@ async fn lost_lease_case(name: &str, script: &str, expect_sigkill: bool) {
     );
     assert!(!alive(cmd_pid), "CMD (pid {cmd_pid}) was terminated");
     assert!(
-        ran.stderr.contains("SIGKILL after"),
+        ran.stderr.contains("SIGKILL by the lease's deadline"),
         "names the plan: {}",
         ran.stderr
     );
     assert_eq!(
-        ran.stderr.contains("sending SIGKILL"),
+        ran.stderr.contains("still runs at the deadline"),
         expect_sigkill,
         "{}",
         ran.stderr
@@ -488,7 +488,10 @@ async fn elect_campaigns_again_after_cmd_exits_until_signalled() {
     };
     let first = term(next_line(&mut cli, Duration::from_secs(20)).await);
     let second = term(next_line(&mut cli, Duration::from_secs(20)).await);
-    assert!(second > first, "a newer token each term: {first} then {second}");
+    assert!(
+        second > first,
+        "a newer token each term: {first} then {second}"
+    );
     signal(&cli, libc::SIGTERM);
     let ran = finish(cli, Duration::from_secs(10)).await;
     assert_eq!(ran.code, Some(128 + libc::SIGTERM), "{}", ran.stderr);

@@ -115,10 +115,11 @@ fn stamps(file: &Path) -> Vec<u128> {
 }
 
 /// CMD for the tests: a shell that starts a background child (pid in DIR/child), writes its
-/// own pid to DIR/cmd, says "ready" and waits.
+/// own pid to DIR/cmd, says "ready" and waits. The child holds none of zkfence's pipes, so a
+/// surviving child cannot hold up the test's reads (and hide that it survived).
 fn cmd_with_child(dir: &Path) -> String {
     format!(
-        "sleep 60 & echo $! > {d}/child; echo $$ > {d}/cmd; echo ready; wait",
+        "sleep 60 </dev/null >/dev/null 2>&1 & echo $! > {d}/child; echo $$ > {d}/cmd; echo ready; wait",
         d = dir.display()
     )
 }
@@ -202,7 +203,8 @@ async fn frozen_holder_trial(connect_string: &str, path: &str, dir: &Path) -> (u
         next_line(&mut first, Duration::from_secs(20)).await,
         "ready"
     );
-    let starter = format!("date +%s%N > {}", second_log.display());
+    // The second holds for a while: a first CMD still running would write meanwhile.
+    let starter = format!("date +%s%N > {}; sleep 0.5", second_log.display());
     let second = zkfence(
         connect_string,
         &[
