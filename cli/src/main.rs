@@ -12,6 +12,7 @@ mod elect;
 mod ensemble;
 mod exec;
 mod exit;
+mod gc;
 mod progress;
 mod signals;
 mod status;
@@ -173,6 +174,24 @@ enum Command {
         /// Print JSON: {"path", "holder": CONTENDER|null (the leader), "waiters": [...]}.
         #[arg(long)]
         json: bool,
+    },
+
+    /// Remove the empty lock directories under PATH (dry run unless --apply).
+    ///
+    /// A directory counts as empty if it is persistent, holds no data and everything below
+    /// it is empty directories; one with a queue node or any node with data below is never
+    /// touched, nor is PATH itself. Each delete is conditional on what was read, so a
+    /// directory that gains a child meanwhile is kept (and reported).
+    ///
+    /// Example: zkfence gc /locks/seats            # lists what it would remove
+    ///
+    ///          zkfence gc /locks/seats --apply    # removes it
+    Gc {
+        /// The tree to clean, e.g. /locks.
+        path: String,
+        /// Remove them (the default only lists them).
+        #[arg(long)]
+        apply: bool,
     },
 
     /// Throwaway local ZooKeeper ensembles, for trying zkfence out.
@@ -356,6 +375,7 @@ fn main() -> ExitCode {
             Command::Leader { electionpath, json } => {
                 status::run(&global, &electionpath, json, status::Kind::Election).await
             }
+            Command::Gc { path, apply } => gc::run(&global, &path, apply).await,
             Command::Ensemble(EnsembleCommand::Up {
                 nodes,
                 tick_time,
