@@ -295,11 +295,7 @@ impl State {
                 let at = (now + self.grace).min(self.deadline);
                 self.kill_at.get_or_insert(at);
             }
-            (Some("lost"), _) => {
-                if self.stopping.is_none() {
-                    self.stop(Why::Lost, now);
-                }
-            }
+            (Some("lost"), _) if self.stopping.is_none() => self.stop(Why::Lost, now),
             _ => {}
         }
     }
