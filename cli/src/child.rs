@@ -1,57 +1,136 @@
-//! Running CMD while a lease (a lock or a leadership) lives, and stopping it when it ends.
+//! Running CMD while a lease (a lock or a leadership) lives, through the supervisor
+//! (`supervisor.rs`), and telling the caller how it ended.
 
-use std::future::Future;
-use std::io::ErrorKind;
-use std::process::ExitStatus;
+use std::os::fd::AsRawFd;
+use std::process::Stdio;
 use std::time::Duration;
 
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
+use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::UnixStream;
 use tokio::process::{Child, Command};
 use tokio::time::Instant;
-use zkfence::LossReason;
+use zkfence::{Lease, LossReason};
 
 use crate::exit::{self, Failure};
 use crate::signals::{self, Signals};
+use crate::supervisor;
 
-/// CMD, started.
+/// CMD, started under its supervisor.
 pub struct Cmd {
-    child: Child,
-    pid: i32,
+    supervisor: Child,
+    /// Cancel-safe line reads (`next_line`), as `select!` needs.
+    reader: Lines<BufReader<OwnedReadHalf>>,
+    writer: OwnedWriteHalf,
+    /// CMD's pid, which is also its process group's id.
+    pgid: i32,
     name: String,
 }
 
-/// How the supervision of CMD ended.
+/// How CMD ended.
 pub enum Outcome {
-    /// CMD exited: on its own, or after `signal`, which zkfence received and forwarded.
-    Exited {
-        status: ExitStatus,
-        signal: Option<i32>,
-    },
-    /// The lease ended first; CMD was terminated.
-    Lost(LossReason),
+    /// CMD's group is gone after CMD exited on its own, or after `signal`, which zkfence
+    /// received and forwarded to the group.
+    Exited { status: Ended, signal: Option<i32> },
+    /// CMD's group was stopped because the lease ended (`Some`: zkfence saw the loss) or
+    /// its deadline passed without an extension (the supervisor stopped it on its own).
+    Lost(Option<LossReason>),
+}
+
+/// How CMD itself ended.
+#[derive(Debug, Clone, Copy)]
+pub enum Ended {
+    Code(i32),
+    Signal(i32),
 }
 
 impl Cmd {
-    /// Starts `argv` with `env` added to our environment. CMD shares our terminal and process
-    /// group, so it can be interactive.
-    pub fn spawn(argv: &[String], env: &[(&str, String)]) -> Result<Cmd, Failure> {
+    /// Starts the supervisor, which starts `argv` in a process group of its own, with `env`
+    /// added to our environment. `lease` gives the first deadline; `label` names the lease
+    /// in the supervisor's messages.
+    pub async fn spawn(
+        argv: &[String],
+        env: &[(&str, String)],
+        lease: &Lease,
+        grace: Duration,
+        label: &str,
+    ) -> Result<Cmd, Failure> {
         let name = argv[0].clone();
-        let mut command = Command::new(&name);
+        let Some(until) = lease.valid_until() else {
+            return Err(Failure::new(
+                exit::LOST,
+                format!("lost {label} before {name} could start; nothing was run"),
+            ));
+        };
+        let (ours, theirs) = std::os::unix::net::UnixStream::pair()
+            .map_err(|e| Failure::new(exit::ERROR, format!("cannot create a socket: {e}")))?;
+        let fd = theirs.as_raw_fd();
+        let remaining = until.saturating_duration_since(Instant::now());
+        // /proc/self/exe is this very binary, even if the file was replaced since we started.
+        let mut command = Command::new("/proc/self/exe");
         command
-            .args(&argv[1..])
-            .envs(env.iter().map(|(k, v)| (*k, v)));
-        let child = command.spawn().map_err(|e| match e.kind() {
-            ErrorKind::NotFound => Failure::new(
-                exit::NOT_FOUND,
-                format!("cannot run {name:?}: command not found"),
-            ),
-            ErrorKind::PermissionDenied => Failure::new(
-                exit::CANNOT_EXECUTE,
-                format!("cannot run {name:?}: permission denied"),
-            ),
-            _ => Failure::new(exit::CANNOT_EXECUTE, format!("cannot run {name:?}: {e}")),
+            .arg0("zkfence")
+            .arg(supervisor::MODE)
+            .args(supervisor::args(fd, grace, remaining, label, argv))
+            .envs(env.iter().map(|(k, v)| (*k, v)))
+            .stdin(Stdio::inherit())
+            .stdout(Stdio::inherit())
+            .stderr(Stdio::inherit());
+        // SAFETY: only fcntl, which is async-signal-safe, between fork and exec.
+        unsafe {
+            command.pre_exec(move || {
+                // The supervisor's end of the socket must survive exec.
+                let flags = libc::fcntl(fd, libc::F_GETFD);
+                libc::fcntl(fd, libc::F_SETFD, flags & !libc::FD_CLOEXEC);
+                Ok(())
+            });
+        }
+        // The supervisor's PR_SET_PDEATHSIG fires when the *thread* that forked it ends.
+        // Commands run on the thread of `block_on` in main, which lives as long as the
+        // process, so the signal means "zkfence died".
+        let spawned = command.spawn();
+        drop(theirs); // so the supervisor reads end-of-file when we die
+        let supervisor = spawned.map_err(|e| {
+            Failure::new(
+                exit::ERROR,
+                format!("cannot start the supervisor for {name:?}: {e}"),
+            )
         })?;
-        let pid = child.id().map(|p| p as i32).unwrap_or(0);
-        Ok(Cmd { child, pid, name })
+        ours.set_nonblocking(true)
+            .map_err(|e| Failure::new(exit::ERROR, format!("socket: {e}")))?;
+        let stream = UnixStream::from_std(ours)
+            .map_err(|e| Failure::new(exit::ERROR, format!("socket: {e}")))?;
+        let (read, writer) = stream.into_split();
+        let mut cmd = Cmd {
+            supervisor,
+            reader: BufReader::new(read).lines(),
+            writer,
+            pgid: 0,
+            name,
+        };
+        match cmd.report().await {
+            Some(line) if line.starts_with("started ") => {
+                cmd.pgid = line["started ".len()..].trim().parse().unwrap_or(0);
+                Ok(cmd)
+            }
+            Some(line) if line.starts_with("failed ") => {
+                let mut parts = line["failed ".len()..].splitn(2, ' ');
+                let code = parts
+                    .next()
+                    .and_then(|c| c.parse().ok())
+                    .unwrap_or(exit::ERROR);
+                let message = parts.next().unwrap_or("cannot run CMD").to_string();
+                let _ = cmd.supervisor.wait().await;
+                Err(Failure::new(code, message))
+            }
+            _ => {
+                let _ = cmd.supervisor.wait().await;
+                Err(Failure::new(
+                    exit::ERROR,
+                    format!("the supervisor of {:?} failed to start", cmd.name),
+                ))
+            }
+        }
     }
 
     /// The display name, for messages.
@@ -59,95 +138,108 @@ impl Cmd {
         &self.name
     }
 
-    fn signal(&self, sig: i32) {
-        if self.pid > 0 {
-            // SAFETY: kill(2) has no memory-safety preconditions; the pid is our own unreaped
-            // child, so it cannot have been recycled for another process.
-            unsafe {
-                libc::kill(self.pid, sig);
-            }
-        }
+    async fn report(&mut self) -> Option<String> {
+        self.reader.next_line().await.ok().flatten()
     }
 
-    async fn wait(&mut self) -> ExitStatus {
-        loop {
-            match self.child.wait().await {
-                Ok(status) => return status,
-                // Only EINTR-like conditions reach here; try again shortly.
-                Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
-            }
-        }
+    async fn send(&mut self, line: String) {
+        // A supervisor that is gone shows as end-of-file on the read side.
+        let _ = self.writer.write_all(format!("{line}\n").as_bytes()).await;
     }
 
-    /// SIGTERM, then SIGKILL if CMD has not exited after `grace`. Reports what it did on
-    /// stderr (the caller has said why).
-    pub async fn terminate(&mut self, grace: Duration) -> ExitStatus {
-        self.signal(libc::SIGTERM);
-        match tokio::time::timeout(grace, self.wait()).await {
-            Ok(status) => status,
-            Err(_) => {
-                eprintln!("zkfence: {} (pid {}) did not exit within {grace:?} of SIGTERM: sending SIGKILL", self.name, self.pid);
-                self.signal(libc::SIGKILL);
-                self.wait().await
-            }
-        }
-    }
-
-    /// Waits for CMD while the lease lives. A signal to zkfence is forwarded to CMD (and
-    /// SIGKILL follows after `grace`); when `lost` resolves first, CMD is terminated.
-    pub async fn supervise(
-        &mut self,
-        lost: impl Future<Output = LossReason>,
-        signals: &mut Signals,
-        grace: Duration,
-    ) -> Outcome {
+    /// Waits until CMD's process group is gone while the lease lives. Each move of the
+    /// lease clock extends the supervisor's deadline; a signal to zkfence is forwarded to the
+    /// group (SIGKILL follows after --grace); when the lease is lost the supervisor stops
+    /// the group (SIGTERM, SIGKILL after --grace or at the deadline, whichever is first).
+    pub async fn supervise(&mut self, lease: &Lease, signals: &mut Signals) -> Outcome {
+        let session = lease.session().clone();
+        let lost = lease.lost();
         tokio::pin!(lost);
-        let mut kill_at: Option<Instant> = None;
+        let mut loss = None;
         let mut received = None;
+        let mut clock_runs = true;
         loop {
             tokio::select! {
-                status = self.wait() => return Outcome::Exited { status, signal: received },
-                reason = &mut lost => return Outcome::Lost(reason),
-                sig = signals.recv() => {
-                    if !(sig == libc::SIGINT && terminal_sent_it_to_cmd_too()) {
-                        self.signal(sig);
+                report = self.report() => {
+                    if report.is_some() {
+                        let _ = self.supervisor.wait().await;
                     }
-                    kill_at.get_or_insert(Instant::now() + grace);
-                    received = Some(sig);
-                    tracing::info!(signal = signals::name(sig), cmd = %self.name, "forwarded a signal to CMD");
+                    return match report.as_deref().and_then(parse_done) {
+                        Some((status, why)) => match why {
+                            "exited" => Outcome::Exited { status, signal: received },
+                            "lost" | "deadline" => Outcome::Lost(loss),
+                            // "parent" cannot reach us: we are the parent.
+                            _ => Outcome::Lost(loss),
+                        },
+                        None => self.supervisor_gone(loss).await,
+                    };
                 }
-                _ = sleep_until(kill_at) => {
-                    eprintln!("zkfence: {} (pid {}) did not exit within {grace:?} of the signal: sending SIGKILL", self.name, self.pid);
-                    self.signal(libc::SIGKILL);
-                    kill_at = None;
+                reason = &mut lost, if loss.is_none() => {
+                    loss = Some(reason);
+                    self.send("lost".into()).await;
+                }
+                _ = session.valid_until_changed(), if clock_runs => {
+                    match lease.valid_until() {
+                        Some(until) => {
+                            let left = until.saturating_duration_since(Instant::now());
+                            self.send(format!("extend {}", left.as_millis())).await;
+                        }
+                        // The loss branch tells the supervisor.
+                        None => clock_runs = false,
+                    }
+                }
+                sig = signals.recv() => {
+                    self.send(format!("signal {sig}")).await;
+                    received = Some(sig);
+                    tracing::info!(signal = signals::name(sig), cmd = %self.name, "forwarded a signal to CMD's process group");
                 }
             }
         }
     }
-}
 
-async fn sleep_until(at: Option<Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
+    /// The supervisor ended without a report (someone killed it): CMD's group may run on
+    /// unsupervised, so kill it from here and wait (bounded) until it is gone.
+    async fn supervisor_gone(&mut self, loss: Option<LossReason>) -> Outcome {
+        eprintln!(
+            "zkfence: the supervisor of {} died: SIGKILL to its process group {}",
+            self.name, self.pgid
+        );
+        if self.pgid > 0 {
+            // SAFETY: kill(2); the group id stays reserved while any member lives.
+            unsafe {
+                libc::kill(-self.pgid, libc::SIGKILL);
+            }
+            let until = Instant::now() + Duration::from_secs(2);
+            // SAFETY: signal 0 only checks for existence.
+            while unsafe { libc::kill(-self.pgid, 0) } == 0 && Instant::now() < until {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+        let _ = self.supervisor.wait().await;
+        Outcome::Lost(loss)
     }
 }
 
-/// True when we run in the foreground of a terminal: a Ctrl-C there reaches every process of
-/// the foreground group, CMD included, so forwarding it would make CMD see it twice.
-fn terminal_sent_it_to_cmd_too() -> bool {
-    // SAFETY: getpgrp and tcgetpgrp only read process state; tcgetpgrp fails harmlessly with
-    // ENOTTY on a descriptor that is not a terminal.
-    let group = unsafe { libc::getpgrp() };
-    (0..=2).any(|fd| unsafe { libc::tcgetpgrp(fd) } == group)
+fn parse_done(line: &str) -> Option<(Ended, &str)> {
+    let mut w = line.split_whitespace();
+    if w.next()? != "done" {
+        return None;
+    }
+    let kind = w.next()?;
+    let n: i32 = w.next()?.parse().ok()?;
+    let why = w.next()?;
+    let status = match kind {
+        "code" => Ended::Code(n),
+        "signal" => Ended::Signal(n),
+        _ => return None,
+    };
+    Some((status, why))
 }
 
 /// The exit code that passes CMD's ending on: its code, or 128 + the signal that killed it.
-pub fn code_of(status: ExitStatus) -> u8 {
-    use std::os::unix::process::ExitStatusExt;
-    match (status.code(), status.signal()) {
-        (Some(code), _) => code.clamp(0, 255) as u8,
-        (None, Some(sig)) => exit::by_signal(sig),
-        (None, None) => exit::ERROR,
+pub fn code_of(status: Ended) -> u8 {
+    match status {
+        Ended::Code(code) => code.clamp(0, 255) as u8,
+        Ended::Signal(sig) => exit::by_signal(sig),
     }
 }

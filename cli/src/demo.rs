@@ -284,7 +284,9 @@ async fn fencing(zk: &Ensemble, tl: Timeline) -> Step {
         ));
     }
     Ok(format!(
-        "A knew it had lost the lock {:.2}s before B got it; B's token {token_b} > A's {token_a}; A's late write was rejected",
+        "A knew it had lost the lock {:.2}s before B got it; B's token {token_b} > A's {token_a}; A's late write was rejected \
+         (the store is an in-process stand-in that applies zkfence's Fence rule, so the refusal itself is by construction: \
+         what the step shows is that the tokens ZooKeeper handed out let a store tell the late write apart)",
         (b_granted - a_lost).as_secs_f64()
     ))
 }
@@ -415,6 +417,14 @@ async fn server_failover(zk: &Ensemble, tl: Timeline) -> Step {
             .unwrap_or(false)
     })
     .await?;
+    // The waiter's place, to check that the failover did not cost it (nor grant it early).
+    let waiter_node = view
+        .contenders()
+        .await
+        .map_err(|e| e.to_string())?
+        .get(1)
+        .map(|c| c.node.clone())
+        .ok_or("the waiter left the queue")?;
     tl.say("waiter waits behind it");
 
     let leader = zk
@@ -445,6 +455,22 @@ async fn server_failover(zk: &Ensemble, tl: Timeline) -> Step {
         Err(e) => tl.say(format!("holder could not renew: {e}")),
     }
     let held_through = renewed.is_ok() && state == LeaseState::Held;
+    // Read after the renew's sync went through the new leader: the queue as it now is.
+    let queue = view.contenders().await.map_err(|e| e.to_string())?;
+    let still_queued = !wait.is_finished()
+        && queue.len() == 2
+        && queue[0].node == lease.path()
+        && queue[1].node == waiter_node
+        && queue[1].session_id == waiter.id();
+    if still_queued {
+        tl.say("the waiter is still queued behind the holder, same node, not granted");
+    } else {
+        tl.say(format!(
+            "the waiter's place changed: granted early: {}, queue {:?}",
+            wait.is_finished(),
+            queue.iter().map(|c| c.node.as_str()).collect::<Vec<_>>()
+        ));
+    }
     let token = lease.token();
     lease.release().await.map_err(|e| e.to_string())?;
     tl.say("holder releases");
@@ -464,13 +490,18 @@ async fn server_failover(zk: &Ensemble, tl: Timeline) -> Step {
     if !held_through {
         return Err("the holder lost its lease during the failover".into());
     }
+    if !still_queued {
+        return Err(
+            "the waiter did not stay queued (same node, not granted) through the failover".into(),
+        );
+    }
     if next_token <= token {
         return Err(format!(
             "the waiter's token {next_token} is not larger than {token}"
         ));
     }
     Ok(format!(
-        "the holder kept its lease while 1 of 3 servers (the leader) died; the lock passed on as usual (token {token} → {next_token})"
+        "the holder kept its lease and the waiter its place while 1 of 3 servers (the leader) died; the lock passed on as usual (token {token} → {next_token})"
     ))
 }
 

@@ -109,7 +109,8 @@ async fn lead(
         ("ZKFENCE_NODE", leadership.lease().path().to_string()),
         ("ZKFENCE_LEADER_ID", o.id.clone()),
     ];
-    let mut cmd = match Cmd::spawn(&o.cmd, &env) {
+    let label = format!("leadership of {}", o.path);
+    let mut cmd = match Cmd::spawn(&o.cmd, &env, leadership.lease(), o.grace, &label).await {
         Ok(cmd) => cmd,
         Err(failure) => {
             resign(leadership, session).await;
@@ -117,7 +118,7 @@ async fn lead(
             return Led::Exit(failure.code);
         }
     };
-    match cmd.supervise(leadership.lost(), signals, o.grace).await {
+    match cmd.supervise(leadership.lease(), signals).await {
         Outcome::Exited {
             status,
             signal: Some(sig),
@@ -152,13 +153,20 @@ async fn lead(
             }
         }
         Outcome::Lost(reason) => {
+            let why = match reason.or_else(|| match leadership.state() {
+                zkfence::LeaseState::Lost(r) => Some(r),
+                _ => None,
+            }) {
+                Some(r) => format!("lost leadership of {} ({r})", o.path),
+                None => format!(
+                    "lost leadership of {} (its lease was about to run out unrenewed)",
+                    o.path
+                ),
+            };
             eprintln!(
-                "zkfence: lost leadership of {} ({reason}) while {} ran: stopping it (SIGTERM, SIGKILL after {:?})",
-                o.path,
+                "zkfence: {why} while {} ran: its process group was stopped (SIGTERM, SIGKILL by the lease's deadline)",
                 cmd.name(),
-                o.grace
             );
-            cmd.terminate(o.grace).await;
             drop(leadership);
             if o.once {
                 Led::Exit(exit::LOST)

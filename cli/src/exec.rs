@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use zkfence::{Error, Lease, Lock, NodeFormat, Session};
+use zkfence::{Contender, Error, Lease, Lock, NodeFormat, Semaphore, Session};
 
 use crate::child::{self, Cmd, Outcome};
 use crate::exit::{self, Failure};
@@ -16,7 +16,51 @@ pub struct Options {
     pub format: NodeFormat,
     pub id: Option<String>,
     pub grace: Duration,
+    /// A read lock: shared with other `--shared` runs, excluded by plain ones.
+    pub shared: bool,
+    /// A semaphore with this many permits instead of a lock.
+    pub limit: Option<usize>,
     pub cmd: Vec<String>,
+}
+
+/// What `exec` queues on: a lock (plain or read side) or a semaphore.
+enum Gate {
+    Lock(Lock),
+    Semaphore(Semaphore),
+}
+
+impl Gate {
+    async fn try_acquire(&self) -> zkfence::Result<Option<Lease>> {
+        match self {
+            Gate::Lock(l) => l.try_acquire().await,
+            Gate::Semaphore(s) => s.try_acquire().await,
+        }
+    }
+
+    async fn acquire_timeout(&self, t: Duration) -> zkfence::Result<Lease> {
+        match self {
+            Gate::Lock(l) => l.acquire_timeout(t).await,
+            Gate::Semaphore(s) => s.acquire_timeout(t).await,
+        }
+    }
+
+    async fn acquire(&self) -> zkfence::Result<Lease> {
+        match self {
+            Gate::Lock(l) => l.acquire().await,
+            Gate::Semaphore(s) => s.acquire().await,
+        }
+    }
+
+    /// The holders, oldest first (for a lock: the head of the queue).
+    async fn holders(&self) -> zkfence::Result<Vec<Contender>> {
+        match self {
+            Gate::Lock(l) => l
+                .contenders()
+                .await
+                .map(|c| c.into_iter().take(1).collect()),
+            Gate::Semaphore(s) => s.holders().await,
+        }
+    }
 }
 
 pub async fn run(global: &Global, o: Options) -> Result<u8, Failure> {
@@ -28,7 +72,16 @@ pub async fn run(global: &Global, o: Options) -> Result<u8, Failure> {
         sig = signals.recv() => return Ok(exit::by_signal(sig)),
     };
     let id = o.id.clone().unwrap_or_else(|| default_id(&o.cmd));
-    let lock = session.lock(&o.lockpath).with_format(o.format).with_id(&id);
+    let lock = match (o.limit, o.shared) {
+        (Some(n), _) => Gate::Semaphore(session.semaphore(&o.lockpath, n)),
+        (None, true) => Gate::Lock(
+            session
+                .read_lock(&o.lockpath)
+                .with_format(o.format)
+                .with_id(&id),
+        ),
+        (None, false) => Gate::Lock(session.lock(&o.lockpath).with_format(o.format).with_id(&id)),
+    };
 
     let acquire = async {
         match o.timeout {
@@ -57,7 +110,7 @@ pub async fn run(global: &Global, o: Options) -> Result<u8, Failure> {
             return Err(Failure::new(
                 exit::TIMEOUT,
                 format!(
-                    "{} is taken{holder}; did not wait (--timeout 0): try again later",
+                    "{} is taken{holder}; did not wait (--no-wait): try again later",
                     o.lockpath
                 ),
             ));
@@ -99,28 +152,45 @@ async fn hold(
         ("ZKFENCE_LOCK_PATH", o.lockpath.clone()),
         ("ZKFENCE_NODE", lease.path().to_string()),
     ];
-    let mut cmd = match Cmd::spawn(&o.cmd, &env) {
+    let label = format!("the lock on {}", o.lockpath);
+    let mut cmd = match Cmd::spawn(&o.cmd, &env, &lease, o.grace, &label).await {
         Ok(cmd) => cmd,
         Err(failure) => {
             release_and_close(lease, session).await;
             return Err(failure);
         }
     };
-    match cmd.supervise(lease.lost(), signals, o.grace).await {
-        Outcome::Exited { status, .. } => {
+    match cmd.supervise(&lease, signals).await {
+        Outcome::Exited { status, signal } => {
+            if let Some(sig) = signal {
+                eprintln!(
+                    "zkfence: {} stopped after zkfence forwarded {} to its process group; releasing {}",
+                    cmd.name(),
+                    signals::name(sig),
+                    o.lockpath
+                );
+            }
             release_and_close(lease, session).await;
             Ok(child::code_of(status))
         }
         Outcome::Lost(reason) => {
+            let reason = reason.or_else(|| match lease.state() {
+                zkfence::LeaseState::Lost(r) => Some(r),
+                _ => None,
+            });
+            let why = match reason {
+                Some(r) => format!("lost the lock on {} ({r})", o.lockpath),
+                None => format!(
+                    "lost the lock on {} (its lease was about to run out unrenewed)",
+                    o.lockpath
+                ),
+            };
             eprintln!(
-                "zkfence: lost the lock on {} ({reason}) while {} ran: stopping it (SIGTERM, SIGKILL after {:?}); \
-                 anything it writes from now on carries the stale token {}",
-                o.lockpath,
+                "zkfence: {why} while {} ran: its process group was stopped (SIGTERM, SIGKILL by the lease's deadline); \
+                 anything it wrote after that carries the stale token {}",
                 cmd.name(),
-                o.grace,
                 lease.token()
             );
-            cmd.terminate(o.grace).await;
             drop(lease);
             close(session, Duration::from_secs(1)).await;
             Ok(exit::LOST)
@@ -129,8 +199,8 @@ async fn hold(
 }
 
 /// ", held by ID (host, pid N), token T, session 0x…" for the current holder, if any.
-async fn holder_of(lock: &Lock) -> String {
-    match tokio::time::timeout(Duration::from_secs(2), lock.contenders()).await {
+async fn holder_of(lock: &Gate) -> String {
+    match tokio::time::timeout(Duration::from_secs(2), lock.holders()).await {
         Ok(Ok(contenders)) => match contenders.first() {
             Some(h) => format!(
                 "; holder: {} with token {}, session {}, for {:.1}s",

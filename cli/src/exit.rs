@@ -34,8 +34,9 @@ Exit codes:
   2        usage error: bad arguments, path or connect string
   3        ZooKeeper unreachable, or the session expired or was closed
   4        authentication failed or an ACL denied access
-  75       exec --timeout passed before the lock was acquired (EX_TEMPFAIL)
-  76       the lock (exec) or leadership (elect --once) was lost while CMD ran; CMD was terminated
+  75       exec --timeout passed, or --no-wait found the lock taken: nothing ran (EX_TEMPFAIL)
+  76       the lock (exec) or leadership (elect --once) was lost, or about to run out unrenewed,
+           while CMD ran; CMD's whole process group was stopped before the lock could pass on
   126/127  CMD could not be executed / was not found
   128+N    zkfence or CMD ended by signal N (e.g. 143 after SIGTERM), the lock released first";
 

@@ -12,9 +12,11 @@ mod elect;
 mod ensemble;
 mod exec;
 mod exit;
+mod gc;
 mod progress;
 mod signals;
 mod status;
+mod supervisor;
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -66,22 +68,60 @@ enum Command {
     ///
     /// CMD sees ZKFENCE_TOKEN (the fencing token: pass it to every write the lock protects),
     /// ZKFENCE_LOCK_PATH and ZKFENCE_NODE in its environment. zkfence exits with CMD's exit
-    /// code. If the lock is lost while CMD runs, CMD gets SIGTERM, then SIGKILL after
-    /// --grace, and zkfence exits 76. SIGINT, SIGTERM and SIGHUP are forwarded to CMD; the
-    /// lock is released before zkfence exits.
+    /// code once CMD's whole process group is gone, then releases the lock.
+    ///
+    /// CMD never outlives the lock. It runs in a process group of its own under a small
+    /// supervisor process that keeps its own copy of the lease's deadline, which zkfence
+    /// extends each time the lease is renewed:
+    ///
+    /// - zkfence killed (kill -9, OOM, crash): the supervisor SIGKILLs CMD's group at once.
+    ///
+    /// - the lease stops being renewed (zkfence frozen, the ensemble silent) or is lost: the
+    ///   group gets SIGTERM and, at the deadline (before the ensemble can expire the session
+    ///   and let the next holder in), SIGKILL; zkfence exits 76. The SIGTERM comes --grace
+    ///   before the deadline, but never earlier than half of what the lease had left at its
+    ///   last renewal (about 0.3 x the session timeout): a --grace longer than that is cut
+    ///   short, and CMD gets SIGKILL at the deadline whatever --grace says.
+    ///
+    /// - SIGINT, SIGTERM and SIGHUP sent to zkfence go to CMD's whole group (SIGKILL follows
+    ///   after --grace); the lock is released once the group is gone.
+    ///
+    /// Examples:
+    ///
+    ///   zkfence exec /locks/backup -- ./backup.sh           one at a time, waiting in line
+    ///
+    ///   zkfence exec --no-wait /locks/backup -- ./backup.sh  exit 75 at once if taken (cron)
+    ///
+    ///   zkfence exec --shared /locks/catalog -- ./read.sh    readers together, writers alone
+    ///
+    ///   zkfence exec --limit 3 /limits/api -- ./call.sh      at most 3 at once
     Exec {
         /// The lock directory, e.g. /locks/backup.
         lockpath: String,
         /// Give up waiting after DUR and exit 75; "0" never waits behind a holder.
         #[arg(long, value_parser = duration::parse, value_name = "DUR")]
         timeout: Option<Duration>,
+        /// Do not wait: exit 75 at once if the lock is taken (same as --timeout 0), like
+        /// `flock -n`. E.g. `zkfence exec --no-wait /locks/report -- ./report.sh` in cron.
+        #[arg(long, short = 'n', conflicts_with = "timeout")]
+        no_wait: bool,
+        /// Take the lock shared (the read side of a read/write lock): runs with other
+        /// --shared runs at once, never with a plain `exec` (a writer) on the same path.
+        /// E.g. `zkfence exec --shared /locks/catalog -- ./export.sh`.
+        #[arg(long, short = 's', conflicts_with = "limit")]
+        shared: bool,
+        /// Up to N runs at once on LOCKPATH (a semaphore with N permits; every run on the
+        /// path must use the same N). E.g. `zkfence exec --limit 3 /limits/api -- ./sync.sh`.
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..), conflicts_with = "format")]
+        limit: Option<u32>,
         /// Queue node layout: curator (Apache Curator, the default) or kazoo (Python Kazoo).
-        #[arg(long, default_value = "curator", value_parser = parse_format, value_name = "FORMAT")]
-        format: NodeFormat,
+        #[arg(long, value_parser = parse_format, value_name = "FORMAT")]
+        format: Option<NodeFormat>,
         /// Our name in `zkfence status` (default: CMD's name).
         #[arg(long, value_name = "TEXT")]
         id: Option<String>,
-        /// How long CMD may take to exit after SIGTERM before it gets SIGKILL.
+        /// How long CMD's group may take to exit after SIGTERM before it gets SIGKILL. When the
+        /// lease is running out, cut to what the lease has left (see above).
         #[arg(long, default_value = "5s", value_parser = duration::parse, value_name = "DUR")]
         grace: Duration,
         /// The command and its arguments (after `--`).
@@ -91,10 +131,15 @@ enum Command {
 
     /// Run CMD only while leading the election ELECTIONPATH.
     ///
-    /// On leadership loss CMD gets SIGTERM (SIGKILL after --grace) and zkfence campaigns
+    /// CMD runs under the same supervision as `exec` (its own process group, a supervisor
+    /// holding the leadership's deadline): it is stopped before the next leader can start,
+    /// also when zkfence is killed or frozen. On leadership loss CMD's group gets SIGTERM,
+    /// and SIGKILL by the deadline (--grace, cut short as for `exec`), and zkfence campaigns
     /// again; when CMD exits on its own, zkfence resigns and campaigns again. With --once it
     /// leads at most once and exits with CMD's code (76 if leadership was lost). CMD sees
     /// ZKFENCE_TOKEN, ZKFENCE_LOCK_PATH, ZKFENCE_NODE and ZKFENCE_LEADER_ID.
+    ///
+    /// Example: zkfence elect /election/scheduler --id "$(hostname)" -- ./scheduler
     Elect {
         /// The election directory, e.g. /election/scheduler.
         electionpath: String,
@@ -104,7 +149,8 @@ enum Command {
         /// Lead at most once, then exit.
         #[arg(long)]
         once: bool,
-        /// How long CMD may take to exit after SIGTERM before it gets SIGKILL.
+        /// How long CMD's group may take to exit after SIGTERM before it gets SIGKILL; cut to
+        /// what the leadership has left when it is running out.
         #[arg(long, default_value = "5s", value_parser = duration::parse, value_name = "DUR")]
         grace: Duration,
         /// The command and its arguments (after `--`).
@@ -128,6 +174,24 @@ enum Command {
         /// Print JSON: {"path", "holder": CONTENDER|null (the leader), "waiters": [...]}.
         #[arg(long)]
         json: bool,
+    },
+
+    /// Remove the empty lock directories under PATH (dry run unless --apply).
+    ///
+    /// A directory counts as empty if it is persistent, holds no data and everything below
+    /// it is empty directories; one with a queue node or any node with data below is never
+    /// touched, nor is PATH itself. Each delete is conditional on what was read, so a
+    /// directory that gains a child meanwhile is kept (and reported).
+    ///
+    /// Example: zkfence gc /locks/seats            # lists what it would remove
+    ///
+    ///          zkfence gc /locks/seats --apply    # removes it
+    Gc {
+        /// The tree to clean, e.g. /locks.
+        path: String,
+        /// Remove them (the default only lists them).
+        #[arg(long)]
+        apply: bool,
     },
 
     /// Throwaway local ZooKeeper ensembles, for trying zkfence out.
@@ -234,6 +298,10 @@ fn init_logging(verbose: u8, filter: Option<&str>) {
 }
 
 fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some(supervisor::MODE) {
+        supervisor::main(&args[2..]);
+    }
     let cli = Cli::parse();
     init_logging(cli.verbose, cli.log_level.as_deref());
     let global = Global {
@@ -255,6 +323,9 @@ fn main() -> ExitCode {
             Command::Exec {
                 lockpath,
                 timeout,
+                no_wait,
+                shared,
+                limit,
                 format,
                 id,
                 grace,
@@ -264,10 +335,16 @@ fn main() -> ExitCode {
                     &global,
                     exec::Options {
                         lockpath,
-                        timeout,
-                        format,
+                        timeout: if no_wait {
+                            Some(Duration::ZERO)
+                        } else {
+                            timeout
+                        },
+                        format: format.unwrap_or(NodeFormat::Curator),
                         id,
                         grace,
+                        shared,
+                        limit: limit.map(|n| n as usize),
                         cmd,
                     },
                 )
@@ -298,6 +375,7 @@ fn main() -> ExitCode {
             Command::Leader { electionpath, json } => {
                 status::run(&global, &electionpath, json, status::Kind::Election).await
             }
+            Command::Gc { path, apply } => gc::run(&global, &path, apply).await,
             Command::Ensemble(EnsembleCommand::Up {
                 nodes,
                 tick_time,

@@ -93,14 +93,16 @@ fn table(path: &str, contenders: &[Contender], kind: Kind) -> String {
             (Kind::Election, _) => "candidates behind",
         }
     );
-    let header = ["ROLE", "TOKEN", "OWNER", "SESSION", "AGE", "NODE"].map(String::from);
-    let rows: Vec<[String; 6]> = contenders
+    // SEQ orders the queue; TOKEN (the czxid) is what a fenced resource compares.
+    let header = ["ROLE", "TOKEN", "SEQ", "OWNER", "SESSION", "AGE", "NODE"].map(String::from);
+    let rows: Vec<[String; 7]> = contenders
         .iter()
         .enumerate()
         .map(|(i, c)| {
             [
                 if i == 0 { holder_word } else { waiter_word }.to_string(),
                 c.token.to_string(),
+                c.sequence.to_string(),
                 c.owner.to_string(),
                 session_hex(c.session_id),
                 seconds(age_ms(c.created_ms)),
@@ -152,7 +154,7 @@ mod tests {
     fn contender(seq: u64, id: &str) -> Contender {
         Contender {
             node: format!("/l/_c_x-lock-{seq:010}"),
-            token: FencingToken::new(seq),
+            token: FencingToken::new(1000 + seq),
             session_id: 0x1000_0000_0000_00ab,
             owner: OwnerInfo {
                 id: Some(id.into()),
@@ -174,7 +176,10 @@ mod tests {
         );
         let lines: Vec<&str> = t.lines().collect();
         assert!(lines[0].starts_with("/l: held by alpha (h, pid 7)"), "{t}");
-        assert!(lines[1].starts_with("ROLE"), "{t}");
+        let header: Vec<&str> = lines[1].split_whitespace().collect();
+        assert_eq!(header[..3], ["ROLE", "TOKEN", "SEQ"], "{t}");
+        let holder: Vec<&str> = lines[2].split_whitespace().collect();
+        assert_eq!(holder[1..3], ["1003", "3"], "token, then sequence: {t}");
         assert!(
             lines[2].starts_with("holder") && lines[2].contains("0x10000000000000ab"),
             "{t}"

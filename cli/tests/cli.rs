@@ -237,12 +237,12 @@ async fn lost_lease_case(name: &str, script: &str, expect_sigkill: bool) {
     );
     assert!(!alive(cmd_pid), "CMD (pid {cmd_pid}) was terminated");
     assert!(
-        ran.stderr.contains("SIGKILL after"),
+        ran.stderr.contains("SIGKILL by the lease's deadline"),
         "names the plan: {}",
         ran.stderr
     );
     assert_eq!(
-        ran.stderr.contains("sending SIGKILL"),
+        ran.stderr.contains("still runs at the deadline"),
         expect_sigkill,
         "{}",
         ran.stderr
@@ -391,6 +391,14 @@ async fn elect_runs_cmd_only_while_leading() {
     let zk = shared_ensemble();
     let path = unique_path("elect");
     let proxy = zk.proxy().await.unwrap();
+    // Both CMDs write their intervals: the first a timestamp every 50 ms while it runs, the
+    // second its start and its end.
+    let first_log = pid_file("elect-first");
+    let second_log = pid_file("elect-second");
+    let first_script = format!(
+        "echo ready; while :; do date +%s%N >> {}; sleep 0.05; done",
+        first_log.display()
+    );
     let mut first = zkfence(
         &proxy.connect_string(),
         &[
@@ -406,7 +414,7 @@ async fn elect_runs_cmd_only_while_leading() {
             "--",
             "sh",
             "-c",
-            "echo ready; exec sleep 60",
+            &first_script,
         ],
     )
     .spawn()
@@ -415,11 +423,14 @@ async fn elect_runs_cmd_only_while_leading() {
         next_line(&mut first, Duration::from_secs(20)).await,
         "ready"
     );
-    let script = r#"echo "$ZKFENCE_LEADER_ID $ZKFENCE_TOKEN $ZKFENCE_LOCK_PATH"; exit 5"#;
+    let script = format!(
+        r#"date +%s%N > {log}; echo "$ZKFENCE_LEADER_ID $ZKFENCE_TOKEN $ZKFENCE_LOCK_PATH"; sleep 0.3; date +%s%N >> {log}; exit 5"#,
+        log = second_log.display()
+    );
     let second = zkfence(
         &zk.connect_string(),
         &[
-            "elect", &path, "--id", "second", "--once", "--", "sh", "-c", script,
+            "elect", &path, "--id", "second", "--once", "--", "sh", "-c", &script,
         ],
     )
     .spawn()
@@ -465,6 +476,30 @@ async fn elect_runs_cmd_only_while_leading() {
     assert!(
         synced_children(&observer, &path).await.is_empty(),
         "the leader resigned"
+    );
+    let stamps = |file: &std::path::Path| -> Vec<u128> {
+        std::fs::read_to_string(file)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.trim().parse().ok())
+            .collect()
+    };
+    let (first_run, second_run) = (stamps(&first_log), stamps(&second_log));
+    let _ = std::fs::remove_file(&first_log);
+    let _ = std::fs::remove_file(&second_log);
+    assert!(!first_run.is_empty(), "the first CMD ran");
+    assert_eq!(
+        second_run.len(),
+        2,
+        "the second CMD wrote its start and end"
+    );
+    let (first_end, second_start) = (*first_run.last().unwrap(), second_run[0]);
+    assert!(
+        first_end < second_start,
+        "the first CMD ({}..={first_end}) stopped before the second ({second_start}..={}) started: overlap {:.3}s",
+        first_run[0],
+        second_run[1],
+        (first_end as f64 - second_start as f64) / 1e9
     );
     proxy.heal();
 }

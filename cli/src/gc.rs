@@ -1,0 +1,156 @@
+//! `zkfence gc PATH [--apply]`: remove the empty lock directories under PATH that older
+//! versions (persistent directories) or other clients left behind.
+//!
+//! A node counts as an empty directory if it is persistent, holds no data, and every child
+//! is an empty directory too. A queue node (ephemeral) or any node with data anywhere below
+//! keeps the whole branch above it. PATH itself is never removed. The library has no tree
+//! walk, so this reads and deletes through the raw `zookeeper-client` handle.
+
+use zkfence::zookeeper_client as zk;
+
+use crate::exit::{self, Failure};
+use crate::{close, Global};
+
+/// One node seen by the walk, in pre-order (parents before children).
+struct Seen {
+    path: String,
+    parent: Option<usize>,
+    /// The data version read, for the conditional delete.
+    version: i32,
+    /// Persistent, no data, and (so far) no child that is not an empty directory.
+    empty: bool,
+}
+
+pub async fn run(global: &Global, path: &str, apply: bool) -> Result<u8, Failure> {
+    if !path.starts_with('/') {
+        return Err(Failure::new(
+            exit::USAGE,
+            format!("invalid path {path:?}: must start with '/'"),
+        ));
+    }
+    let root = if path.len() > 1 {
+        path.trim_end_matches('/')
+    } else {
+        path
+    };
+    let session = global.connect().await?;
+    let client = session.client().clone();
+    let outcome = walk_and_collect(&client, root, apply).await;
+    drop(client);
+    close(session, std::time::Duration::from_secs(1)).await;
+    outcome
+}
+
+async fn walk_and_collect(client: &zk::Client, root: &str, apply: bool) -> Result<u8, Failure> {
+    let seen = match walk(client, root).await {
+        Ok(Some(seen)) => seen,
+        Ok(None) => {
+            println!("{root} does not exist: nothing to remove");
+            return Ok(exit::OK);
+        }
+        Err(e) => {
+            return Err(Failure::new(
+                exit::UNAVAILABLE,
+                format!("could not read {root}: {e}"),
+            ))
+        }
+    };
+    // Children come after their parents: deepest first is the reverse, which is also the
+    // order in which they can be deleted.
+    let empty: Vec<&Seen> = seen
+        .iter()
+        .skip(1) // PATH itself stays
+        .rev()
+        .filter(|s| s.empty)
+        .collect();
+    if !apply {
+        for s in &empty {
+            println!("would remove {}", s.path);
+        }
+        println!(
+            "{} empty director{} under {root}; dry run, nothing removed (--apply removes them)",
+            empty.len(),
+            if empty.len() == 1 { "y" } else { "ies" }
+        );
+        return Ok(exit::OK);
+    }
+    let (mut removed, mut kept) = (0usize, 0usize);
+    for s in &empty {
+        match client.delete(&s.path, Some(s.version)).await {
+            Ok(()) => {
+                removed += 1;
+                println!("removed {}", s.path);
+            }
+            Err(zk::Error::NotEmpty) => {
+                kept += 1;
+                println!("kept {}: it gained a child since it was read", s.path);
+            }
+            Err(zk::Error::BadVersion) => {
+                kept += 1;
+                println!("kept {}: its data changed since it was read", s.path);
+            }
+            Err(zk::Error::NoNode) => println!("skipped {}: already gone", s.path),
+            Err(e) => {
+                return Err(Failure::new(
+                    exit::UNAVAILABLE,
+                    format!(
+                        "could not delete {} ({e}); removed {removed} so far",
+                        s.path
+                    ),
+                ))
+            }
+        }
+    }
+    println!(
+        "removed {removed} empty director{} under {root}, kept {kept}",
+        if removed == 1 { "y" } else { "ies" }
+    );
+    Ok(exit::OK)
+}
+
+/// Reads the tree under `root` (one getChildren per node, which also gives its stat).
+/// `None` if `root` does not exist. Nodes that vanish during the walk are left out.
+async fn walk(client: &zk::Client, root: &str) -> Result<Option<Vec<Seen>>, zk::Error> {
+    let mut seen: Vec<Seen> = Vec::new();
+    let mut stack: Vec<(String, Option<usize>)> = vec![(root.to_string(), None)];
+    while let Some((path, parent)) = stack.pop() {
+        // ZooKeeper's own subtree is never a lock directory.
+        if path == "/zookeeper" {
+            if let Some(p) = parent {
+                seen[p].empty = false;
+            }
+            continue;
+        }
+        let (children, stat) = match client.get_children(&path).await {
+            Ok(found) => found,
+            Err(zk::Error::NoNode) if parent.is_some() => continue,
+            Err(zk::Error::NoNode) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let index = seen.len();
+        let empty = stat.ephemeral_owner == 0 && stat.data_length == 0;
+        seen.push(Seen {
+            path: path.clone(),
+            parent,
+            version: stat.version,
+            empty,
+        });
+        for child in children {
+            let child_path = if path == "/" {
+                format!("/{child}")
+            } else {
+                format!("{path}/{child}")
+            };
+            stack.push((child_path, Some(index)));
+        }
+    }
+    // A child's index is always larger than its parent's, whatever the stack order.
+    for i in (0..seen.len()).rev() {
+        if !seen[i].empty {
+            if let Some(p) = seen[i].parent {
+                seen[p].empty = false;
+            }
+        }
+    }
+    Ok(Some(seen))
+}
