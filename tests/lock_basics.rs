@@ -38,19 +38,29 @@ async fn mutual_exclusion_under_contention() {
     let inside = Arc::new(AtomicUsize::new(0));
     let max_inside = Arc::new(AtomicUsize::new(0));
     let grants = Arc::new(Mutex::new(Vec::new()));
-    // Every holder checks, through this session's synced listing, that the server has its
-    // node at the head of the queue. The sync + list is also a round trip held inside the
-    // critical section, long enough for a wrong grant elsewhere to overlap it.
+    // Every holder checks, through this session's listing after a write, that the server has
+    // its node at the head of the queue. That is also two round trips held inside the
+    // critical section, long enough for a wrong grant elsewhere to overlap them.
     let admin = session().await;
+    let barrier = unique_path("mutex-barrier");
+    admin
+        .client()
+        .mkdir(
+            &barrier,
+            &zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all()),
+        )
+        .await
+        .unwrap();
     let mut tasks = vec![];
     for _ in 0..8 {
         let s = session().await;
-        let (dir, inside, max_inside, grants, admin) = (
+        let (dir, inside, max_inside, grants, admin, barrier) = (
             dir.clone(),
             inside.clone(),
             max_inside.clone(),
             grants.clone(),
             admin.clone(),
+            barrier.clone(),
         );
         tasks.push(tokio::spawn(async move {
             let lock = s.lock(&dir);
@@ -59,12 +69,30 @@ async fn mutual_exclusion_under_contention() {
                 let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
                 max_inside.fetch_max(now, Ordering::SeqCst);
                 grants.lock().unwrap().push(lease.token());
+                // A write through the ZooKeeper leader first: it is ordered after every
+                // commit this grant could rest on, so the listing after it shows them. (A
+                // `sync` was seen not to: once in ~10 runs the synced listing still had the
+                // previous holder's node, gone when looked at again.)
+                admin.client().set_data(&barrier, b"", None).await.unwrap();
                 let queue = queue_order(children(&admin, &dir).await);
-                assert_eq!(
-                    queue.first().map(String::as_str),
-                    Some(name_of(lease.path())),
-                    "a holder whose node is not first in the server's queue: {queue:?}"
-                );
+                if queue.first().map(String::as_str) != Some(name_of(lease.path())) {
+                    // Say enough to tell a wrong grant from a stale listing.
+                    let head = queue.first().cloned().unwrap_or_default();
+                    let owner = admin
+                        .client()
+                        .check_stat(&format!("{dir}/{head}"))
+                        .await
+                        .map(|s| s.map(|s| format!("{:#x}", s.ephemeral_owner)));
+                    let again = queue_order(children(&admin, &dir).await);
+                    panic!(
+                        "a holder ({}, session {:#x}) whose node is not first in the server's \
+                         queue {queue:?}; the head's owner: {owner:?}; inside: {}; listed \
+                         again: {again:?}",
+                        name_of(lease.path()),
+                        s.id(),
+                        inside.load(Ordering::SeqCst),
+                    );
+                }
                 let now = inside.fetch_sub(1, Ordering::SeqCst);
                 assert_eq!(now, 1, "another holder entered during the round trip");
                 lease.release().await.unwrap();
