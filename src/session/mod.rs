@@ -486,8 +486,9 @@ impl Session {
         }
     }
 
-    /// Waits until the lease clock moves — renewed, lapsed, or the session ended — and
-    /// returns the new [`valid_until`](Self::valid_until). A supervisor that must stop work
+    /// Waits until the lease clock moves — renewed, lapsed, the session's state changed or
+    /// ended — and returns the new [`valid_until`](Self::valid_until) (`None` while lapsed;
+    /// called while lapsed, it waits for the next renewal). A supervisor that must stop work
     /// when the clock runs out (the CLI's `exec`) follows it with this.
     ///
     /// ```no_run
@@ -506,25 +507,26 @@ impl Session {
     /// None: `None` stands for a lapsed clock or an ended session.
     pub async fn valid_until_changed(&self) -> Option<Instant> {
         let mut rx = self.inner.shared.clock.clock.subscribe();
-        let start = *rx.borrow_and_update();
-        loop {
-            // None once the clock lapsed or the session ended.
-            let valid_until = self.valid_until()?;
-            tokio::select! {
-                changed = rx.changed() => {
-                    if changed.is_err() {
-                        return None;
-                    }
-                    let now = *rx.borrow_and_update();
-                    if now.valid_until != start.valid_until || now.epoch != start.epoch
-                        || now.lapsed != start.lapsed || now.state != start.state {
-                        return self.valid_until();
-                    }
-                }
-                // A clock that is not renewed lapses at valid_until: report that too.
-                _ = tokio::time::sleep_until(valid_until) => {}
-            }
+        if rx.borrow_and_update().state.is_terminal() {
+            return None;
         }
+        // A clock that is not renewed lapses at valid_until: report that too. A lapsed one
+        // waits for its next renewal.
+        let lapses = self.valid_until();
+        tokio::select! {
+            changed = rx.changed() => {
+                if changed.is_err() {
+                    return None;
+                }
+            }
+            _ = async {
+                match lapses {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            } => {}
+        }
+        self.valid_until()
     }
 
     /// Request counters of this session.
