@@ -85,18 +85,18 @@ fn lock_path(account: &str) -> String {
 enum Outcome {
     Written,
     /// Refused: the database has accepted `newest`, a newer token.
-    Stale { newest: i64 },
+    Stale {
+        newest: i64,
+    },
 }
 
 /// Connects to PostgreSQL; the error says which database could not be used and why.
 async fn connect_db(url: &str) -> Res<Client> {
-    let (client, connection) = tokio::time::timeout(
-        STEP_TIMEOUT,
-        tokio_postgres::connect(url, NoTls),
-    )
-    .await
-    .map_err(|_| format!("cannot use the database {url}: no answer in {STEP_TIMEOUT:?}"))?
-    .map_err(|e| format!("cannot use the database {url}: {e}"))?;
+    let (client, connection) =
+        tokio::time::timeout(STEP_TIMEOUT, tokio_postgres::connect(url, NoTls))
+            .await
+            .map_err(|_| format!("cannot use the database {url}: no answer in {STEP_TIMEOUT:?}"))?
+            .map_err(|e| format!("cannot use the database {url}: {}", with_causes(&e)))?;
     // The connection object does the I/O; it ends when the client is dropped.
     tokio::spawn(async move {
         match connection.await {
@@ -106,6 +106,19 @@ async fn connect_db(url: &str) -> Res<Client> {
         }
     });
     Ok(client)
+}
+
+/// The error and its causes: tokio-postgres's own message is only the kind ("db error",
+/// "error connecting to server"); the server's message or the OS error is in the causes.
+fn with_causes(e: &dyn Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        text.push_str(": ");
+        text.push_str(&c.to_string());
+        cause = c.source();
+    }
+    text
 }
 
 /// Writes `balance` to `account` through the fence of `resource`, in one transaction: the
@@ -342,7 +355,12 @@ async fn orchestrate() -> Res<ExitCode> {
     println!("accepted writes: {writes:?}");
     let held = match writes.as_slice() {
         [(wa, 100, ta), (wb, 80, tb)] => {
-            wa == "A" && wb == "B" && tb > ta && balance == 80 && written_by == "B" && row_token == *tb
+            wa == "A"
+                && wb == "B"
+                && tb > ta
+                && balance == 80
+                && written_by == "B"
+                && row_token == *tb
         }
         _ => false,
     };

@@ -382,7 +382,8 @@ async fn many_writers_through_the_fence_while_the_zookeeper_leader_is_killed() {
         let mine: Vec<(i64, bool)> = text
             .lines()
             .filter_map(|l| {
-                let mut f = l.strip_prefix("GRANT ")?.split(' ');
+                // The test harness's "test NAME ... " may precede the first report.
+                let mut f = l[l.find("GRANT ")? + 6..].split(' ');
                 Some((f.next()?.parse().ok()?, f.next()? == "WROTE"))
             })
             .collect();
@@ -400,15 +401,27 @@ async fn many_writers_through_the_fence_while_the_zookeeper_leader_is_killed() {
     // locks the fence row until it commits).
     let tokens: Vec<i64> = writes.iter().map(|w| w.2).collect();
     for pair in tokens.windows(2) {
-        assert!(pair[0] < pair[1], "fence token went {} -> {}", pair[0], pair[1]);
+        assert!(
+            pair[0] < pair[1],
+            "fence token went {} -> {}",
+            pair[0],
+            pair[1]
+        );
     }
     // Accepted writes are exactly the grants that wrote.
     let mut wrote: Vec<i64> = reported.iter().filter(|r| r.1).map(|r| r.0).collect();
     wrote.sort_unstable();
-    assert_eq!(wrote, tokens, "accepted writes vs grants that reported a write");
+    assert_eq!(
+        wrote, tokens,
+        "accepted writes vs grants that reported a write"
+    );
     assert_eq!(reported.len(), WRITERS * GRANTS_PER_WRITER);
     let (balance, _, row_token) = row_of(&db, &account).await.expect("the account row");
-    assert_eq!(balance as usize, writes.len(), "a write was lost or doubled");
+    assert_eq!(
+        balance as usize,
+        writes.len(),
+        "a write was lost or doubled"
+    );
     assert_eq!(Some(&row_token), tokens.last());
     eprintln!(
         "{} grants, {} wrote, {} refused as stale",
@@ -446,12 +459,11 @@ async fn writer_against_bad_database(url: &str) -> String {
     )
     .await
     .expect("connect");
-    let lease = other
-        .lock(&lock)
-        .try_acquire()
-        .await
-        .expect("try_acquire");
-    assert!(lease.is_some(), "the lock is still held after B failed; {ctx}");
+    let lease = other.lock(&lock).try_acquire().await.expect("try_acquire");
+    assert!(
+        lease.is_some(),
+        "the lock is still held after B failed; {ctx}"
+    );
     ran.stderr
 }
 
@@ -467,7 +479,12 @@ async fn a_database_that_is_down_gives_a_clear_error_and_the_lock_is_released() 
 #[tokio::test]
 async fn a_database_that_refuses_the_login_gives_a_clear_error_and_the_lock_is_released() {
     let pg = shared_pg();
-    let url = format!("postgres://intruder@{}:{}/{}", pg.host(), pg.port(), pg.database());
+    let url = format!(
+        "postgres://intruder@{}:{}/{}",
+        pg.host(),
+        pg.port(),
+        pg.database()
+    );
     let stderr = writer_against_bad_database(&url).await;
     assert!(
         stderr.contains("role \"intruder\" does not exist"),
@@ -535,23 +552,46 @@ async fn zkfence_exec_runs_the_fenced_update_from_the_shell() {
         cmd
     };
 
-    let first = run(&mut shell(10, None), Duration::from_secs(60), "zkfence exec").await;
+    let first = run(
+        &mut shell(10, None),
+        Duration::from_secs(60),
+        "zkfence exec",
+    )
+    .await;
     assert_eq!(first.code, Some(0), "{}\n{}", first.stdout, first.stderr);
     let t1 = row_of(&db, &account).await.expect("row").2;
     assert!(t1 > 0);
-    assert!(first.stdout.contains(&format!("written with fence token {t1}")), "{}", first.stdout);
+    assert!(
+        first
+            .stdout
+            .contains(&format!("written with fence token {t1}")),
+        "{}",
+        first.stdout
+    );
 
-    let second = run(&mut shell(20, None), Duration::from_secs(60), "zkfence exec").await;
+    let second = run(
+        &mut shell(20, None),
+        Duration::from_secs(60),
+        "zkfence exec",
+    )
+    .await;
     assert_eq!(second.code, Some(0), "{}\n{}", second.stdout, second.stderr);
     let after_second = row_of(&db, &account).await.expect("row");
     assert_eq!((after_second.0, after_second.1.as_str()), (20, "shell"));
     let t2 = after_second.2;
-    assert!(t2 > t1, "the second grant's token {t2} is not above the first's {t1}");
+    assert!(
+        t2 > t1,
+        "the second grant's token {t2} is not above the first's {t1}"
+    );
 
     // The first holder, late, with its old token: refused, psql fails, the row stays.
     let stale = run(&mut shell(99, Some(t1)), Duration::from_secs(60), "psql").await;
     assert_eq!(stale.code, Some(3), "{}\n{}", stale.stdout, stale.stderr);
-    assert!(stale.stderr.contains("no rows returned for \\gset"), "{}", stale.stderr);
+    assert!(
+        stale.stderr.contains("no rows returned for \\gset"),
+        "{}",
+        stale.stderr
+    );
     assert_eq!(row_of(&db, &account).await.expect("row"), after_second);
     let _ = std::fs::remove_file(&sql_file);
 }
