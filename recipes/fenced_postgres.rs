@@ -235,10 +235,11 @@ async fn writer_a(mut db: Client, lease: Lease, lock: &str, account: &str) -> Re
         }
     }
     // A checks its lease before the next write, as a careful holder does...
-    if lease.state() != LeaseState::Held {
-        return Err(format!("A lost its lease too early: {:?}", lease.state()).into());
+    let state = lease.state();
+    if let LeaseState::Lost(reason) = state {
+        return Err(format!("A lost its lease too early: {reason}").into());
     }
-    println!("A: lease held; about to write balance=120");
+    println!("A: lease held ({state:?}); about to write balance=120");
     // ...and the process freezes between the check and the write. (Here: A waits for a line
     // on stdin while the driver SIGSTOPs it, so the pause falls exactly there.)
     let mut line = String::new();

@@ -241,6 +241,23 @@ const WRITERS: usize = 4;
 const GRANTS_PER_WRITER: usize = 50;
 const CONTENTION_TEST: &str = "many_writers_through_the_fence_while_the_zookeeper_leader_is_killed";
 
+/// A session for a contention writer, tried again while the ensemble elects a leader (it
+/// refuses clients meanwhile).
+async fn new_session(connect: &str) -> Session {
+    let options = SessionOptions::new().session_timeout(Duration::from_secs(4));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        match Session::connect(connect, options.clone()).await {
+            Ok(session) => return session,
+            Err(e) if tokio::time::Instant::now() < deadline => {
+                eprintln!("connect failed ({e}); again");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => panic!("connect to {connect}: {e}"),
+        }
+    }
+}
+
 /// One writer process of the contention test: `GRANTS_PER_WRITER` grants of the lock, one
 /// fenced write each; prints `GRANT <token> WROTE|STALE` per grant.
 async fn contention_writer() {
@@ -252,11 +269,8 @@ async fn contention_writer() {
         env("PGF_ACCOUNT"),
         env("PGF_NAME"),
     );
-    let options = SessionOptions::new().session_timeout(Duration::from_secs(4));
     let mut db = db(&url).await;
-    let mut session = Session::connect(&connect, options.clone())
-        .await
-        .expect("connect");
+    let mut session = new_session(&connect).await;
     let mut grants = 0;
     while grants < GRANTS_PER_WRITER {
         let lease = match session.lock(&lock).with_id(&me).acquire().await {
@@ -265,9 +279,7 @@ async fn contention_writer() {
                 // The failover: a new session if this one is gone, else try again.
                 eprintln!("{me}: acquire failed ({e}); again");
                 if e.is_session_terminal() {
-                    session = Session::connect(&connect, options.clone())
-                        .await
-                        .expect("reconnect");
+                    session = new_session(&connect).await;
                 }
                 tokio::time::sleep(Duration::from_millis(50)).await;
                 continue;
@@ -312,9 +324,7 @@ async fn contention_writer() {
             // Our node may outlive a failed delete while the session lives: start afresh,
             // closing the session takes its nodes with it.
             eprintln!("{me}: release failed ({e}); new session");
-            session = Session::connect(&connect, options.clone())
-                .await
-                .expect("reconnect");
+            session = new_session(&connect).await;
         }
     }
 }
