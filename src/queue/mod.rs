@@ -728,3 +728,83 @@ pub(crate) async fn list_contenders(
         })
         .collect())
 }
+
+/// Entry points for a multi-lock, which creates the nodes of several queues in one
+/// transaction and then waits in each as a plain lock does.
+impl Queue {
+    /// The full prefix (directory and name before the sequence) of our node for `uuid`.
+    pub(crate) fn node_prefix(&self, uuid: &uuid::Uuid) -> String {
+        format!("{}/{}", self.dir, self.format.prefix(uuid, self.kind))
+    }
+
+    /// The marker that finds our node for `uuid` again.
+    pub(crate) fn marker(&self, uuid: &uuid::Uuid) -> String {
+        self.format.marker(uuid)
+    }
+
+    /// The data our node carries.
+    pub(crate) fn owner_data(&self) -> Vec<u8> {
+        self.owner.data()
+    }
+
+    /// Our node carrying `marker` under this directory, owned by our session, if any.
+    pub(crate) async fn find_own_node(
+        &self,
+        marker: &str,
+    ) -> Result<Option<crate::session::Created>> {
+        find_own(self.shared(), &self.dir, marker).await
+    }
+
+    /// True if the admission rule would make a newcomer wait now (one read).
+    pub(crate) async fn blocked_now(&self) -> Result<bool> {
+        Ok(match self.shared().list(&self.dir).await? {
+            Some(children) => self.admission().blocked_by(&children),
+            None => false,
+        })
+    }
+
+    /// Steps 2 and 3 for a node someone else created (with `marker`): waits until it holds,
+    /// under the same grant rule as [`join`](Self::join). Leaves the node on error: the
+    /// caller owns it.
+    pub(crate) async fn wait_created(
+        &self,
+        created: crate::session::Created,
+        marker: &str,
+    ) -> Result<Grant> {
+        let mut progress = Progress::default();
+        self.wait(created, marker, &mut progress).await
+    }
+
+    /// Step 2 once for a node someone else created: the grant if it holds now, else `None`.
+    pub(crate) async fn try_grant_created(
+        &self,
+        created: crate::session::Created,
+        marker: &str,
+    ) -> Result<Option<Grant>> {
+        let mut progress = Progress::default();
+        let (place, ..) = self
+            .position(&created.path, marker, &mut progress, false)
+            .await?;
+        match place {
+            Place::Holds => self.grant(created, None).await.map(Some),
+            Place::Waits { .. } | Place::WaitsForAnyChange => Ok(None),
+        }
+    }
+
+    /// How many are ahead of `node` and who holds (`name (owner)`), for a timeout error;
+    /// bounded by the cleanup grace so a silent ensemble does not delay the error.
+    pub(crate) async fn progress_of(&self, node: &str) -> (usize, Option<String>) {
+        let listed = tokio::time::timeout(CLEANUP_GRACE, self.shared().list(&self.dir)).await;
+        let Ok(Ok(Some(children))) = listed else {
+            return (0, None);
+        };
+        let queue = node::queue_order(children);
+        let name = node.rsplit('/').next().unwrap_or(node);
+        let ahead = queue
+            .iter()
+            .position(|(_, n)| n == name)
+            .unwrap_or(queue.len());
+        let holder = queue.first().map(|(_, n)| n.clone());
+        (ahead, self.describe(holder.as_deref()).await)
+    }
+}
