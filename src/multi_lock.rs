@@ -285,8 +285,14 @@ impl MultiLock {
         let queues = self.queues()?;
         // Reads first (pipelined on the connection): when a path is taken we answer without
         // writing anything.
-        let blocked = try_join_all(queues.iter().map(|q| q.blocked_now())).await?;
-        if blocked.into_iter().any(|b| b) {
+        let shared = self.session.shared();
+        let dirs: Vec<String> = queues.iter().map(|q| q.dir().to_string()).collect();
+        let listed = shared.list_many(&dirs).await?;
+        if queues
+            .iter()
+            .zip(&listed)
+            .any(|(q, children)| children.as_deref().is_some_and(|c| q.blocked_by(c)))
+        {
             return Ok(None);
         }
         let uuid = uuid::Uuid::new_v4();
@@ -294,12 +300,21 @@ impl MultiLock {
         let result = async {
             let created = enqueue(&queues, &uuid, &mut pending).await?;
             let marker = pending.marker.clone();
-            let grants = try_join_all(
-                queues
-                    .iter()
-                    .zip(created)
-                    .map(|(q, c)| q.try_grant_created(c, &marker)),
-            )
+            // One read of every directory decides.
+            let listed = shared.list_many(&dirs).await?;
+            let grants = try_join_all(queues.iter().zip(&created).zip(listed).map(
+                |((queue, created), children)| {
+                    let marker = &marker;
+                    async move {
+                        match children {
+                            Some(children) => {
+                                queue.grant_if_holds_in(created, children, marker).await
+                            }
+                            None => Ok(None),
+                        }
+                    }
+                },
+            ))
             .await?;
             Ok(grants.into_iter().collect::<Option<Vec<Grant>>>())
         }
@@ -323,17 +338,30 @@ impl MultiLock {
         let mut pending = Pending::new(&queues, &uuid);
         let started = Instant::now();
         let granted: Vec<AtomicBool> = queues.iter().map(|_| AtomicBool::new(false)).collect();
+        let shared = self.session.shared();
+        let dirs: Vec<String> = queues.iter().map(|q| q.dir().to_string()).collect();
         let span = tracing::info_span!("zkfence.multi_acquire", dirs = %self.given.join(","));
         let wait = async {
             let created = enqueue(&queues, &uuid, &mut pending).await?;
             let marker = pending.marker.clone();
-            // Each queue waits on its own predecessor, all at once: we hold once all have
-            // granted. A failure in one drops the others' waits.
-            try_join_all(queues.iter().zip(created).zip(&granted).map(
-                |((queue, created), granted)| {
+            // One read of every directory: uncontended, every queue grants from it.
+            let listed = shared.list_many(&dirs).await?;
+            // Otherwise each queue waits on its own predecessor, as a plain lock does, all at
+            // once: we hold once all have granted. A failure in one drops the others' waits.
+            try_join_all(queues.iter().zip(created).zip(listed).zip(&granted).map(
+                |(((queue, created), children), granted)| {
                     let marker = &marker;
                     async move {
-                        let grant = queue.wait_created(created, marker).await?;
+                        let fast = match children {
+                            Some(children) => {
+                                queue.grant_if_holds_in(&created, children, marker).await?
+                            }
+                            None => None,
+                        };
+                        let grant = match fast {
+                            Some(grant) => grant,
+                            None => queue.wait_created(created, marker).await?,
+                        };
                         granted.store(true, Ordering::Release);
                         Ok::<_, Error>(grant)
                     }
@@ -456,7 +484,9 @@ async fn enqueue(
                     pending.nodes = Some(found.iter().map(|c| c.path.clone()).collect());
                     return Ok(found);
                 }
-                tracing::debug!("multi create outcome unknown and no node of ours found: creating again");
+                tracing::debug!(
+                    "multi create outcome unknown and no node of ours found: creating again"
+                );
             }
             Err((index, zk::Error::NoChildrenForEphemerals)) => {
                 pending.sent = false;
@@ -555,7 +585,9 @@ impl Pending {
         if let Some(task) = self.task() {
             let task = tokio::spawn(task);
             if tokio::time::timeout(CLEANUP_GRACE, task).await.is_err() {
-                tracing::debug!("no answer yet while leaving the queues: the delete goes on in the background");
+                tracing::debug!(
+                    "no answer yet while leaving the queues: the delete goes on in the background"
+                );
             }
         }
     }
@@ -738,9 +770,10 @@ impl MultiLease {
     /// # }
     /// ```
     pub async fn lost(&self) -> (&str, LossReason) {
-        let losses = self.leases.iter().map(|lease| {
-            Box::pin(async move { (lease.lock_path(), lease.lost().await) })
-        });
+        let losses = self
+            .leases
+            .iter()
+            .map(|lease| Box::pin(async move { (lease.lock_path(), lease.lost().await) }));
         select_all(losses).await.0
     }
 
@@ -826,10 +859,14 @@ mod tests {
         assert!(err(&[]).contains("at least one"));
         assert!(err(&["/a", "/a//"]).contains("twice"));
         assert!(err(&["/a", "relative"]).contains("start with '/'"));
-        let many: Vec<String> = (0..=MAX_MULTI_LOCK_PATHS).map(|i| format!("/r/{i}")).collect();
+        let many: Vec<String> = (0..=MAX_MULTI_LOCK_PATHS)
+            .map(|i| format!("/r/{i}"))
+            .collect();
         let many: Vec<&str> = many.iter().map(String::as_str).collect();
         assert!(err(&many).contains("at most"));
-        let max: Vec<String> = (0..MAX_MULTI_LOCK_PATHS).map(|i| format!("/r/{i}")).collect();
+        let max: Vec<String> = (0..MAX_MULTI_LOCK_PATHS)
+            .map(|i| format!("/r/{i}"))
+            .collect();
         assert!(validate(&max).is_ok());
     }
 }

@@ -755,12 +755,9 @@ impl Queue {
         find_own(self.shared(), &self.dir, marker).await
     }
 
-    /// True if the admission rule would make a newcomer wait now (one read).
-    pub(crate) async fn blocked_now(&self) -> Result<bool> {
-        Ok(match self.shared().list(&self.dir).await? {
-            Some(children) => self.admission().blocked_by(&children),
-            None => false,
-        })
+    /// True if a newcomer would wait behind `children` (a listing of this directory).
+    pub(crate) fn blocked_by(&self, children: &[String]) -> bool {
+        self.admission().blocked_by(children)
     }
 
     /// Steps 2 and 3 for a node someone else created (with `marker`): waits until it holds,
@@ -775,18 +772,36 @@ impl Queue {
         self.wait(created, marker, &mut progress).await
     }
 
-    /// Step 2 once for a node someone else created: the grant if it holds now, else `None`.
-    pub(crate) async fn try_grant_created(
+    /// The grant for `created` if `children` (a listing of this directory read after the
+    /// create) shows it holds, as [`position`](Self::position) would decide; `None` when it
+    /// waits, or when the listing shows anything unusual (our node missing, a duplicate of
+    /// ours): the caller then goes the normal way, [`wait_created`](Self::wait_created).
+    pub(crate) async fn grant_if_holds_in(
         &self,
-        created: crate::session::Created,
+        created: &crate::session::Created,
+        children: Vec<String>,
         marker: &str,
     ) -> Result<Option<Grant>> {
-        let mut progress = Progress::default();
-        let (place, ..) = self
-            .position(&created.path, marker, &mut progress, false)
-            .await?;
-        match place {
-            Place::Holds => self.grant(created, None).await.map(Some),
+        let queue = node::queue_order(children);
+        let name = &created.path[self.dir.len() + 1..];
+        let Some(index) = queue.iter().position(|(_, n)| n == name) else {
+            return Ok(None);
+        };
+        if queue
+            .iter()
+            .any(|(_, n)| n != name && n.starts_with(marker))
+        {
+            return Ok(None);
+        }
+        match self.admission().place(&queue, index) {
+            Place::Holds => {
+                let created = crate::session::Created {
+                    path: created.path.clone(),
+                    sequence: created.sequence,
+                    czxid: created.czxid,
+                };
+                self.grant(created, None).await.map(Some)
+            }
             Place::Waits { .. } | Place::WaitsForAnyChange => Ok(None),
         }
     }

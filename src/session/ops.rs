@@ -598,17 +598,10 @@ impl Shared {
             let sequence = crate::node::sequence_of(name)
                 .or_else(|| path.get(prefix.len()..).and_then(|s| s.parse().ok()))
                 .unwrap_or_default();
-            // Servers with ZOOKEEPER-4026 answer a create inside a multi without its stat:
-            // read the creation zxid (the fencing token) then.
+            // Servers with ZOOKEEPER-4026 (3.8.0 among them) answer a create inside a multi
+            // without its stat: the creation zxid (the fencing token) is read below then.
             let czxid = if stat.is_invalid() || stat.czxid <= 0 {
-                match self.stat(&path).await {
-                    Ok(Some(stat)) => stat.czxid,
-                    // Deleted already (by someone else, or the session ended): the caller's
-                    // wait reports it.
-                    Ok(None) => -1,
-                    // Unknown: the nodes exist; the caller's search by marker finds them.
-                    Err(_) => return Err((None, zk::Error::ConnectionLoss)),
-                }
+                -1
             } else {
                 stat.czxid
             };
@@ -618,7 +611,55 @@ impl Shared {
                 czxid,
             });
         }
+        let unknown: Vec<String> = created
+            .iter()
+            .filter(|c| c.czxid < 0)
+            .map(|c| c.path.clone())
+            .collect();
+        if !unknown.is_empty() {
+            // One multi-read for all of them. An error leaves the outcome to the caller's
+            // search by marker, which reads each node's stat.
+            let read = self
+                .data_many(&unknown)
+                .await
+                .map_err(|_| (None, zk::Error::ConnectionLoss))?;
+            let mut read = unknown.iter().zip(read);
+            for c in created.iter_mut().filter(|c| c.czxid < 0) {
+                // Gone already (deleted by someone, or the session ended): the caller's
+                // wait reports it; the token is never handed out.
+                c.czxid = read
+                    .next()
+                    .and_then(|(_, r)| r)
+                    .map_or(-1, |(_, stat)| stat.czxid);
+            }
+        }
         Ok(created)
+    }
+
+    /// The children of each of `dirs` (`None` for one that does not exist), in bounded
+    /// multi-reads: one request for a multi-lock's directories.
+    pub(crate) async fn list_many(&self, dirs: &[String]) -> Result<Vec<Option<Vec<String>>>> {
+        let mut out = Vec::with_capacity(dirs.len());
+        for chunk in dirs.chunks(READ_CHUNK_OPS) {
+            for _ in chunk {
+                Counters::bump(&self.counters.listings);
+            }
+            let results = self
+                .read("list", &chunk[0], || {
+                    let mut reader = self.client.new_multi_reader();
+                    for dir in chunk {
+                        // Paths were validated by the caller: adding cannot fail.
+                        let _ = reader.add_get_children(dir);
+                    }
+                    reader.commit()
+                })
+                .await?;
+            out.extend(results.into_iter().map(|r| match r {
+                zk::MultiReadResult::Children { children } => Some(children),
+                _ => None,
+            }));
+        }
+        Ok(out)
     }
 
     /// Deletes `nodes` in one `multi` transaction, asking again through connection loss and
