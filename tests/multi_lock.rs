@@ -596,3 +596,40 @@ async fn uncontended_cost_against_three_plain_locks() {
         "multi {multi_req} vs plain {plain_req}"
     );
 }
+
+/// The premise of the deadlock test: two clients taking two plain locks one at a time in
+/// crossed orders deadlock (each holds one and waits for the other, until a timeout); the
+/// same crossed orders as multi-locks both complete.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crossed_orders_deadlock_with_plain_locks_not_with_multi_locks() {
+    let (a, b) = (session().await, session().await);
+    let base = unique_path("crossed");
+    let (x, y) = (format!("{base}/x"), format!("{base}/y"));
+    // Plain locks: a takes x, b takes y, then each asks for the other's.
+    let ax = a.lock(&x).acquire().await.unwrap();
+    let by = b.lock(&y).acquire().await.unwrap();
+    let (ay, bx) = (a.lock(&y), b.lock(&x));
+    let wait = Duration::from_millis(1500);
+    let (ra, rb) = tokio::join!(ay.acquire_timeout(wait), bx.acquire_timeout(wait));
+    assert!(
+        matches!(ra, Err(Error::Timeout { .. })) && matches!(rb, Err(Error::Timeout { .. })),
+        "plain locks in crossed orders did not deadlock: {ra:?} {rb:?}"
+    );
+    drop((ax, by));
+    until_each(&a, &[x.clone(), y.clone()], 0, "plain locks released").await;
+    // Multi-locks in the same crossed orders, many rounds, started together.
+    for round in 0..20 {
+        let (ma, mb) = (a.multi_lock(&[&x, &y]), b.multi_lock(&[&y, &x]));
+        let (ra, rb) = tokio::join!(
+            async {
+                let l = ma.acquire_timeout(STEP).await?;
+                l.release().await
+            },
+            async {
+                let l = mb.acquire_timeout(STEP).await?;
+                l.release().await
+            }
+        );
+        assert!(ra.is_ok() && rb.is_ok(), "round {round}: {ra:?} {rb:?}");
+    }
+}
