@@ -25,6 +25,17 @@ use crate::token::FencingToken;
 /// How many paths one multi-lock may name: its creates travel in one request, which
 /// ZooKeeper caps at 1 MiB (`jute.maxbuffer`); 256 paths of the longest valid length and
 /// their owner data stay well below that.
+///
+/// ```no_run
+/// # async fn f(session: zkfence::Session, seats: Vec<String>) -> zkfence::Result<()> {
+/// // Book a large group in batches that each fit one multi-lock.
+/// for batch in seats.chunks(zkfence::MAX_MULTI_LOCK_PATHS) {
+///     let paths: Vec<&str> = batch.iter().map(String::as_str).collect();
+///     let lease = session.multi_lock(&paths).acquire().await?;
+///     lease.release().await?;
+/// }
+/// # Ok(()) }
+/// ```
 pub const MAX_MULTI_LOCK_PATHS: usize = 256;
 
 /// How long a failed or timed-out acquire waits for its own cleanup before handing it to
@@ -226,6 +237,15 @@ impl MultiLock {
     /// - [`Error::NoAnswer`] if the ensemble did not vouch for the session at a grant.
     /// - [`Error::LockLost`] if a path granted first was lost before the last was granted
     ///   (the session's lease clock lapsed meanwhile); nothing is held.
+    ///
+    /// ```no_run
+    /// # async fn f(session: zkfence::Session) -> zkfence::Result<()> {
+    /// let lease = session.multi_lock(&["/accounts/a", "/accounts/b"]).acquire().await?;
+    /// let (a, b) = (lease.token("/accounts/a").unwrap(), lease.token("/accounts/b").unwrap());
+    /// // ... debit a, credit b, each write fenced with its account's token ...
+    /// lease.release().await?;
+    /// # Ok(()) }
+    /// ```
     pub async fn acquire(&self) -> Result<MultiLease> {
         let claim = self.claim()?;
         let grants = self.join(None).await?;

@@ -311,7 +311,7 @@ async fn cancelled_or_timed_out_acquire_leaves_nothing() {
     // The cleanup was answered before the error (a healthy ensemble), so nothing is left.
     assert!(children(&admin, &dirs[0]).await.is_empty());
     assert!(children(&admin, &dirs[1]).await.is_empty());
-    assert_eq!(children(&admin, &dirs[2]).await, [holder_name.clone()]);
+    assert_eq!(children(&admin, &dirs[2]).await, [holder_name]);
 
     // try_acquire with one path taken: nothing written, nothing left.
     assert!(waiter
