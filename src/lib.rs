@@ -92,6 +92,7 @@ mod lease;
 
 mod election;
 mod lock;
+mod multi_lock;
 mod semaphore;
 
 mod fence;
@@ -101,6 +102,7 @@ pub use error::{Error, LossReason, Result};
 pub use fence::{Fence, StaleToken};
 pub use lease::{Lease, LeaseState};
 pub use lock::Lock;
+pub use multi_lock::{MultiLease, MultiLock, MAX_MULTI_LOCK_PATHS};
 pub use node::{NodeFormat, OwnerInfo};
 pub use queue::Contender;
 pub use semaphore::Semaphore;

@@ -731,3 +731,98 @@ pub(crate) async fn list_contenders(
         })
         .collect())
 }
+
+/// Entry points for a multi-lock, which creates the nodes of several queues in one
+/// transaction and then waits in each as a plain lock does.
+impl Queue {
+    /// The full prefix (directory and name before the sequence) of our node for `uuid`.
+    pub(crate) fn node_prefix(&self, uuid: &uuid::Uuid) -> String {
+        format!("{}/{}", self.dir, self.format.prefix(uuid, self.kind))
+    }
+
+    /// The marker that finds our node for `uuid` again.
+    pub(crate) fn marker(&self, uuid: &uuid::Uuid) -> String {
+        self.format.marker(uuid)
+    }
+
+    /// The data our node carries.
+    pub(crate) fn owner_data(&self) -> Vec<u8> {
+        self.owner.data()
+    }
+
+    /// Our node carrying `marker` under this directory, owned by our session, if any.
+    pub(crate) async fn find_own_node(
+        &self,
+        marker: &str,
+    ) -> Result<Option<crate::session::Created>> {
+        find_own(self.shared(), &self.dir, marker).await
+    }
+
+    /// True if a newcomer would wait behind `children` (a listing of this directory).
+    pub(crate) fn blocked_by(&self, children: &[String]) -> bool {
+        self.admission().blocked_by(children)
+    }
+
+    /// Steps 2 and 3 for a node someone else created (with `marker`): waits until it holds,
+    /// under the same grant rule as [`join`](Self::join). Leaves the node on error: the
+    /// caller owns it.
+    pub(crate) async fn wait_created(
+        &self,
+        created: crate::session::Created,
+        marker: &str,
+    ) -> Result<Grant> {
+        let mut progress = Progress::default();
+        self.wait(created, marker, &mut progress).await
+    }
+
+    /// The grant for `created` if `children` (a listing of this directory read after the
+    /// create) shows it holds, as [`position`](Self::position) would decide; `None` when it
+    /// waits, or when the listing shows anything unusual (our node missing, a duplicate of
+    /// ours): the caller then goes the normal way, [`wait_created`](Self::wait_created).
+    pub(crate) async fn grant_if_holds_in(
+        &self,
+        created: &crate::session::Created,
+        children: Vec<String>,
+        marker: &str,
+    ) -> Result<Option<Grant>> {
+        let queue = node::queue_order(children);
+        let name = &created.path[self.dir.len() + 1..];
+        let Some(index) = queue.iter().position(|(_, n)| n == name) else {
+            return Ok(None);
+        };
+        if queue
+            .iter()
+            .any(|(_, n)| n != name && n.starts_with(marker))
+        {
+            return Ok(None);
+        }
+        match self.admission().place(&queue, index) {
+            Place::Holds => {
+                let created = crate::session::Created {
+                    path: created.path.clone(),
+                    sequence: created.sequence,
+                    czxid: created.czxid,
+                };
+                self.grant(created, None).await.map(Some)
+            }
+            Place::Waits { .. } | Place::WaitsForAnyChange => Ok(None),
+        }
+    }
+
+    /// How many are ahead of `node` and who holds (`name (owner)`), for a timeout error;
+    /// bounded by the cleanup grace so a silent ensemble does not delay the error.
+    pub(crate) async fn progress_of(&self, node: &str) -> (usize, Option<String>) {
+        let listed = tokio::time::timeout(CLEANUP_GRACE, self.shared().list(&self.dir)).await;
+        let Ok(Ok(Some(children))) = listed else {
+            return (0, None);
+        };
+        let queue = node::queue_order(children);
+        let name = node.rsplit('/').next().unwrap_or(node);
+        let ahead = queue
+            .iter()
+            .position(|(_, n)| n == name)
+            .unwrap_or(queue.len());
+        let holder = queue.first().map(|(_, n)| n.clone());
+        (ahead, self.describe(holder.as_deref()).await)
+    }
+}

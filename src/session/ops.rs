@@ -548,3 +548,162 @@ impl Shared {
         ended_error(self.clock.now().state)
     }
 }
+
+impl Shared {
+    /// Creates one ephemeral-sequential queue node per prefix in one `multi` transaction:
+    /// all of them or none, committed at one zxid. One attempt, the raw error for the
+    /// caller's protected-create rule: `(Some(index), e)` when the server refused operation
+    /// `index` (`NoNode`: its directory is missing) and created nothing, `(None, e)` when the
+    /// request failed as a whole; then [`outcome_unknown`] says whether all nodes may exist.
+    pub(crate) async fn create_queue_nodes(
+        &self,
+        prefixes: &[String],
+        data: &[u8],
+    ) -> std::result::Result<Vec<Created>, (Option<usize>, zk::Error)> {
+        let acls = zk::Acls::new(&self.acls);
+        let options = zk::CreateMode::EphemeralSequential.with_acls(acls);
+        let mut writer = self.client.new_multi_writer();
+        for prefix in prefixes {
+            writer
+                .add_create(prefix, data, &options)
+                .map_err(|e| (None, e))?;
+        }
+        let sent = Instant::now();
+        let results = match writer.commit().await {
+            Ok(results) => results,
+            Err(zk::MultiWriteError::OperationFailed { index, source }) => {
+                self.answered(Answer::Leader, sent);
+                return Err((Some(index), source));
+            }
+            Err(zk::MultiWriteError::RequestFailed { source }) => {
+                if answered_by_server(&source) {
+                    self.answered(Answer::Leader, sent);
+                }
+                return Err((None, source));
+            }
+        };
+        self.answered(Answer::Leader, sent);
+        let mut created = Vec::with_capacity(results.len());
+        for (result, prefix) in results.into_iter().zip(prefixes) {
+            let zk::MultiWriteResult::Create { path, stat } = result else {
+                return Err((
+                    None,
+                    zk::Error::UnexpectedError(
+                        "a multi of creates answered with another operation".into(),
+                    ),
+                ));
+            };
+            Counters::bump(&self.counters.creates);
+            let name = &path[path.rfind('/').map_or(0, |i| i + 1)..];
+            let sequence = crate::node::sequence_of(name)
+                .or_else(|| path.get(prefix.len()..).and_then(|s| s.parse().ok()))
+                .unwrap_or_default();
+            // Servers with ZOOKEEPER-4026 (3.8.0 among them) answer a create inside a multi
+            // without its stat: the creation zxid (the fencing token) is read below then.
+            let czxid = if stat.is_invalid() || stat.czxid <= 0 {
+                -1
+            } else {
+                stat.czxid
+            };
+            created.push(Created {
+                path,
+                sequence,
+                czxid,
+            });
+        }
+        let unknown: Vec<String> = created
+            .iter()
+            .filter(|c| c.czxid < 0)
+            .map(|c| c.path.clone())
+            .collect();
+        if !unknown.is_empty() {
+            // One multi-read for all of them. An error leaves the outcome to the caller's
+            // search by marker, which reads each node's stat.
+            let read = self
+                .data_many(&unknown)
+                .await
+                .map_err(|_| (None, zk::Error::ConnectionLoss))?;
+            let mut read = unknown.iter().zip(read);
+            for c in created.iter_mut().filter(|c| c.czxid < 0) {
+                // Gone already (deleted by someone, or the session ended): the caller's
+                // wait reports it; the token is never handed out.
+                c.czxid = read
+                    .next()
+                    .and_then(|(_, r)| r)
+                    .map_or(-1, |(_, stat)| stat.czxid);
+            }
+        }
+        Ok(created)
+    }
+
+    /// The children of each of `dirs` (`None` for one that does not exist), in bounded
+    /// multi-reads: one request for a multi-lock's directories.
+    pub(crate) async fn list_many(&self, dirs: &[String]) -> Result<Vec<Option<Vec<String>>>> {
+        let mut out = Vec::with_capacity(dirs.len());
+        for chunk in dirs.chunks(READ_CHUNK_OPS) {
+            for _ in chunk {
+                Counters::bump(&self.counters.listings);
+            }
+            let results = self
+                .read("list", &chunk[0], || {
+                    let mut reader = self.client.new_multi_reader();
+                    for dir in chunk {
+                        // Paths were validated by the caller: adding cannot fail.
+                        let _ = reader.add_get_children(dir);
+                    }
+                    reader.commit()
+                })
+                .await?;
+            out.extend(results.into_iter().map(|r| match r {
+                zk::MultiReadResult::Children { children } => Some(children),
+                _ => None,
+            }));
+        }
+        Ok(out)
+    }
+
+    /// Deletes `nodes` in one `multi` transaction, asking again through connection loss and
+    /// failover, until all are gone or the session has ended (which removes them too). A
+    /// node already gone fails the transaction as a whole: it is dropped from the set and
+    /// the rest deleted again, so the common case is one request.
+    pub(crate) async fn delete_all_until_gone(&self, nodes: &[String]) -> Result<()> {
+        let mut left: Vec<&str> = nodes.iter().map(String::as_str).collect();
+        while !left.is_empty() {
+            let mut writer = self.client.new_multi_writer();
+            for node in &left {
+                if let Err(e) = writer.add_delete(node, None) {
+                    return Err(Error::zk("delete", node, e));
+                }
+            }
+            let sent = Instant::now();
+            match writer.commit().await {
+                Ok(_) => {
+                    self.answered(Answer::Leader, sent);
+                    for _ in &left {
+                        Counters::bump(&self.counters.deletes);
+                    }
+                    return Ok(());
+                }
+                Err(zk::MultiWriteError::OperationFailed {
+                    index,
+                    source: zk::Error::NoNode,
+                }) if index < left.len() => {
+                    self.answered(Answer::Leader, sent);
+                    left.remove(index);
+                }
+                Err(zk::MultiWriteError::RequestFailed { source }) if outcome_unknown(&source) => {
+                    pause_before_retry().await
+                }
+                Err(zk::MultiWriteError::OperationFailed { index, source }) => {
+                    self.answered(Answer::Leader, sent);
+                    let node = left.get(index).copied().unwrap_or_default();
+                    return Err(Error::zk("delete", node, source));
+                }
+                Err(zk::MultiWriteError::RequestFailed { source }) => {
+                    return Err(Error::zk("delete", left[0], source))
+                }
+            }
+        }
+        Ok(())
+    }
+}

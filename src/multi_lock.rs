@@ -1,0 +1,912 @@
+//! Several locks taken as one: [`MultiLock`] and its guard [`MultiLease`], and the
+//! constructor on [`Session`].
+//!
+//! The queue nodes of every directory are created in one `multi` transaction, then the
+//! contender waits in each queue exactly as a plain [`Lock`](crate::Lock) does (the queue's
+//! own wait and grant rule), and holds once it holds in all of them.
+
+use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::{select_all, try_join_all};
+use tokio::time::Instant;
+use tracing::Instrument;
+use zookeeper_client as zk;
+
+use crate::error::{Error, LossReason, Result};
+use crate::lease::{Claim, Lease, LeaseState};
+use crate::node::{self, Kind};
+use crate::queue::{Grant, Owner, Queue};
+use crate::session::{outcome_unknown, Created, Session, Shared};
+use crate::token::FencingToken;
+
+/// How many paths one multi-lock may name: its creates travel in one request, which
+/// ZooKeeper caps at 1 MiB (`jute.maxbuffer`); 256 paths of the longest valid length and
+/// their owner data stay well below that.
+///
+/// ```no_run
+/// # async fn f(session: zkfence::Session, seats: Vec<String>) -> zkfence::Result<()> {
+/// // Book a large group in batches that each fit one multi-lock.
+/// for batch in seats.chunks(zkfence::MAX_MULTI_LOCK_PATHS) {
+///     let paths: Vec<&str> = batch.iter().map(String::as_str).collect();
+///     let lease = session.multi_lock(&paths).acquire().await?;
+///     lease.release().await?;
+/// }
+/// # Ok(()) }
+/// ```
+pub const MAX_MULTI_LOCK_PATHS: usize = 256;
+
+/// How long a failed or timed-out acquire waits for its own cleanup before handing it to
+/// the background (as a plain lock's does).
+const CLEANUP_GRACE: Duration = Duration::from_millis(300);
+
+/// How often a create that finds a directory missing makes one and tries again, beyond one
+/// round per directory: a container directory can vanish between our mkdir and our create.
+const EXTRA_DIRECTORY_RETRIES: usize = 8;
+
+/// How often a search after a lost answer looks again when it finds our nodes in some
+/// directories only (a late commit between its listings).
+const PARTIAL_FIND_RETRIES: usize = 5;
+
+/// A handle on several locks taken together: all of them or none.
+///
+/// Made by [`Session::multi_lock`]. Each path is a lock directory shared with plain
+/// [`Lock`](crate::Lock)s on the same path: a multi-lock naming `/seats/13` and a plain lock
+/// on `/seats/13` exclude each other, first come first served in that queue.
+///
+/// # Why it cannot deadlock
+///
+/// Taking locks one at a time deadlocks when two clients name them in different orders
+/// (each holds one and waits for the other), unless every client sorts its paths the same
+/// way. A multi-lock instead creates its node in every queue in **one** ZooKeeper
+/// transaction, committed at one point of the ensemble's total order. So for any two
+/// contenders, the one whose commit came first is ahead of the other in *every* queue they
+/// share (a plain lock is a transaction of one). A contender only ever waits for contenders
+/// committed before it, and "committed before" has no cycles: no deadlock, whatever order
+/// the caller names the paths in.
+///
+/// # Guarantees
+///
+/// Those of [`Lock`](crate::Lock), per path: mutual exclusion (each held path's [`Lease`]
+/// is told `Lost` before the ensemble can give that path to anyone else), FIFO per queue, no
+/// herd, and a [`FencingToken`] per path that grows with each grant of that path. A
+/// multi-lock holds *all* its paths from the moment [`acquire`](Self::acquire) returns; while
+/// waiting it already stands (and may already be first) in some queues, as a plain waiter
+/// does.
+///
+/// ```no_run
+/// # async fn f(session: zkfence::Session) -> zkfence::Result<()> {
+/// use std::time::Duration;
+/// // A group booking: seats 12, 13 and 14, or none of them.
+/// let seats = session.multi_lock(&["/seats/14", "/seats/12", "/seats/13"]).with_id("booking-7");
+/// let lease = seats.acquire_timeout(Duration::from_secs(5)).await?;
+/// for seat in ["/seats/12", "/seats/13", "/seats/14"] {
+///     println!("{seat}: token {}", lease.token(seat).unwrap());
+/// }
+/// lease.release().await?;
+/// # Ok(()) }
+/// ```
+pub struct MultiLock {
+    session: Session,
+    /// The paths as given, validated at each acquire.
+    given: Vec<String>,
+    owner: Owner,
+    busy: Arc<AtomicBool>,
+}
+
+impl fmt::Debug for MultiLock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MultiLock")
+            .field("paths", &self.given)
+            .finish()
+    }
+}
+
+impl Session {
+    /// A handle on the locks under the directories `paths`, taken together: all or none.
+    ///
+    /// Cheap: nothing is sent until [`MultiLock::acquire`]. Bad input (an empty list, a path
+    /// named twice, more than [`MAX_MULTI_LOCK_PATHS`] paths, an invalid path) is reported
+    /// by the first operation.
+    ///
+    /// ```no_run
+    /// # async fn f(session: zkfence::Session) -> zkfence::Result<()> {
+    /// // A transfer locks both accounts; the order named does not matter.
+    /// let lease = session.multi_lock(&["/accounts/b", "/accounts/a"]).acquire().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn multi_lock(&self, paths: &[&str]) -> MultiLock {
+        MultiLock {
+            session: self.clone(),
+            given: paths.iter().map(|p| p.to_string()).collect(),
+            owner: Owner::ThisProcess { id: None },
+            busy: Arc::new(AtomicBool::new(false)),
+        }
+    }
+}
+
+/// `path` with runs of `/` collapsed and a trailing `/` removed, so `/a//b/` and `/a/b` name
+/// one lock.
+fn normalise(path: &str) -> String {
+    let mut out = String::with_capacity(path.len());
+    for c in path.chars() {
+        if !(c == '/' && out.ends_with('/')) {
+            out.push(c);
+        }
+    }
+    if out.len() > 1 && out.ends_with('/') {
+        out.pop();
+    }
+    out
+}
+
+/// The normalised, validated paths of a multi-lock, in the order given.
+fn validate(given: &[String]) -> Result<Vec<String>> {
+    if given.is_empty() {
+        return Err(Error::InvalidPath {
+            path: String::new(),
+            reason: "a multi-lock needs at least one path",
+        });
+    }
+    if given.len() > MAX_MULTI_LOCK_PATHS {
+        return Err(Error::InvalidPath {
+            path: format!("{} (and {} more)", given[0], given.len() - 1),
+            reason: "a multi-lock takes at most MAX_MULTI_LOCK_PATHS (256) paths: they must fit one request",
+        });
+    }
+    let mut paths = Vec::with_capacity(given.len());
+    for path in given {
+        let path = normalise(path);
+        node::validate_path(&path)?;
+        if paths.contains(&path) {
+            return Err(Error::InvalidPath {
+                path,
+                reason: "it is named twice in one multi-lock",
+            });
+        }
+        paths.push(path);
+    }
+    Ok(paths)
+}
+
+impl MultiLock {
+    /// Names this contender in the owner data of each of its nodes (what
+    /// [`Lock::contenders`](crate::Lock::contenders) and the CLI's `status` show).
+    ///
+    /// ```no_run
+    /// # async fn f(session: zkfence::Session) -> zkfence::Result<()> {
+    /// let seats = session.multi_lock(&["/seats/1", "/seats/2"]).with_id("booking-9");
+    /// # Ok(()) }
+    /// ```
+    pub fn with_id(mut self, id: &str) -> Self {
+        self.owner = Owner::ThisProcess {
+            id: Some(id.to_string()),
+        };
+        self
+    }
+
+    /// The paths as given to [`Session::multi_lock`].
+    ///
+    /// ```no_run
+    /// # fn f(session: zkfence::Session) {
+    /// assert_eq!(session.multi_lock(&["/a", "/b"]).paths(), ["/a", "/b"]);
+    /// # }
+    /// ```
+    pub fn paths(&self) -> &[String] {
+        &self.given
+    }
+
+    fn claim(&self) -> Result<Claim> {
+        if self.busy.swap(true, Ordering::AcqRel) {
+            return Err(Error::AlreadyHeld {
+                path: self.given.join(","),
+            });
+        }
+        Ok(Claim::of(self.busy.clone()))
+    }
+
+    /// One queue per path (validated), joined as a plain exclusive lock.
+    fn queues(&self) -> Result<Vec<Queue>> {
+        Ok(validate(&self.given)?
+            .iter()
+            .map(|dir| {
+                Queue::new(self.session.clone(), dir, Kind::Lock).with_owner(self.owner.clone())
+            })
+            .collect())
+    }
+
+    /// Waits until this contender holds every path.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropping the future gives up its place in every queue; its nodes are
+    /// deleted in the background, in one transaction (found by their uuid first if the
+    /// create's answer never arrived).
+    ///
+    /// # Notable errors
+    /// - [`Error::InvalidPath`] for an empty list, a path named twice, more than
+    ///   [`MAX_MULTI_LOCK_PATHS`] paths, or an invalid path; nothing was sent.
+    /// - [`Error::AlreadyHeld`] if this handle holds or is acquiring.
+    /// - [`Error::NoAuth`] if a directory's ACL forbids the create (or making the directory);
+    ///   no node was created in any directory.
+    /// - [`Error::SessionExpired`], [`Error::SessionClosed`]: connect a new session.
+    /// - [`Error::NodeDeleted`] if someone deleted one of our nodes while we waited;
+    ///   [`Error::LockDirectoryDeleted`] if a directory kept vanishing. Our other nodes are
+    ///   deleted.
+    /// - [`Error::NoAnswer`] if the ensemble did not vouch for the session at a grant.
+    /// - [`Error::LockLost`] if a path granted first was lost before the last was granted
+    ///   (the session's lease clock lapsed meanwhile); nothing is held.
+    ///
+    /// ```no_run
+    /// # async fn f(session: zkfence::Session) -> zkfence::Result<()> {
+    /// let lease = session.multi_lock(&["/accounts/a", "/accounts/b"]).acquire().await?;
+    /// let (a, b) = (lease.token("/accounts/a").unwrap(), lease.token("/accounts/b").unwrap());
+    /// // ... debit a, credit b, each write fenced with its account's token ...
+    /// lease.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn acquire(&self) -> Result<MultiLease> {
+        let claim = self.claim()?;
+        let grants = self.join(None).await?;
+        self.lease(grants, claim).await
+    }
+
+    /// Like [`acquire`](Self::acquire), giving up after `timeout` with [`Error::Timeout`],
+    /// which names the first path not yet held, its holder and how many were ahead.
+    ///
+    /// Returns within `timeout` plus a fraction of a second even when the ensemble does not
+    /// answer: the nodes are deleted before the error is returned if the ensemble answers in
+    /// that time, else in the background (and with the session, if nothing else works).
+    ///
+    /// # Cancel safety
+    /// Cancel safe, as [`acquire`](Self::acquire).
+    ///
+    /// # Notable errors
+    /// - [`Error::Timeout`] when `timeout` passed; nothing is held, in any queue.
+    /// - The errors of [`acquire`](Self::acquire).
+    ///
+    /// ```no_run
+    /// # async fn f(session: zkfence::Session) -> zkfence::Result<()> {
+    /// use std::time::Duration;
+    /// match session.multi_lock(&["/seats/12", "/seats/13"]).acquire_timeout(Duration::from_secs(2)).await {
+    ///     Ok(lease) => lease.release().await?,
+    ///     Err(zkfence::Error::Timeout { path, .. }) => println!("{path} is taken"),
+    ///     Err(e) => return Err(e),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn acquire_timeout(&self, timeout: Duration) -> Result<MultiLease> {
+        let claim = self.claim()?;
+        let grants = self.join(Some(Instant::now() + timeout)).await?;
+        self.lease(grants, claim).await
+    }
+
+    /// Takes every path if none is held or waited for; never waits behind a holder.
+    /// Returns `Ok(None)` when any is taken: after one read per path (sent together),
+    /// without writing anything, or, if one was taken between those reads and our create,
+    /// after removing our nodes again.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a dropped call leaves no node behind (deleted in the background).
+    ///
+    /// # Notable errors
+    /// The errors of [`acquire`](Self::acquire) but [`Error::Timeout`].
+    ///
+    /// ```no_run
+    /// # async fn f(session: zkfence::Session) -> zkfence::Result<()> {
+    /// if let Some(lease) = session.multi_lock(&["/seats/12", "/seats/13"]).try_acquire().await? {
+    ///     lease.release().await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn try_acquire(&self) -> Result<Option<MultiLease>> {
+        let claim = self.claim()?;
+        let queues = self.queues()?;
+        // Reads first (pipelined on the connection): when a path is taken we answer without
+        // writing anything.
+        let shared = self.session.shared();
+        let dirs: Vec<String> = queues.iter().map(|q| q.dir().to_string()).collect();
+        let listed = shared.list_many(&dirs).await?;
+        if queues
+            .iter()
+            .zip(&listed)
+            .any(|(q, children)| children.as_deref().is_some_and(|c| q.blocked_by(c)))
+        {
+            return Ok(None);
+        }
+        let uuid = uuid::Uuid::new_v4();
+        let mut pending = Pending::new(&queues, &uuid);
+        let result = async {
+            let created = enqueue(&queues, &uuid, &mut pending).await?;
+            let marker = pending.marker.clone();
+            // One read of every directory decides.
+            let listed = shared.list_many(&dirs).await?;
+            let grants = try_join_all(queues.iter().zip(&created).zip(listed).map(
+                |((queue, created), children)| {
+                    let marker = &marker;
+                    async move {
+                        match children {
+                            Some(children) => {
+                                queue.grant_if_holds_in(created, children, marker).await
+                            }
+                            None => Ok(None),
+                        }
+                    }
+                },
+            ))
+            .await?;
+            Ok(grants.into_iter().collect::<Option<Vec<Grant>>>())
+        }
+        .await;
+        match result {
+            Ok(Some(grants)) => {
+                pending.disarm();
+                Ok(Some(self.lease(grants, claim).await?))
+            }
+            other => {
+                pending.cleanup().await;
+                other.map(|_| None)
+            }
+        }
+    }
+
+    /// Enqueues in every queue and waits until every one grants.
+    async fn join(&self, deadline: Option<Instant>) -> Result<Vec<Grant>> {
+        let queues = self.queues()?;
+        let uuid = uuid::Uuid::new_v4();
+        let mut pending = Pending::new(&queues, &uuid);
+        let started = Instant::now();
+        let granted: Vec<AtomicBool> = queues.iter().map(|_| AtomicBool::new(false)).collect();
+        let shared = self.session.shared();
+        let dirs: Vec<String> = queues.iter().map(|q| q.dir().to_string()).collect();
+        let span = tracing::info_span!("zkfence.multi_acquire", dirs = %self.given.join(","));
+        let wait = async {
+            let created = enqueue(&queues, &uuid, &mut pending).await?;
+            let marker = pending.marker.clone();
+            // One read of every directory: uncontended, every queue grants from it.
+            let listed = shared.list_many(&dirs).await?;
+            // Otherwise each queue waits on its own predecessor, as a plain lock does, all at
+            // once: we hold once all have granted. A failure in one drops the others' waits.
+            try_join_all(queues.iter().zip(created).zip(listed).zip(&granted).map(
+                |(((queue, created), children), granted)| {
+                    let marker = &marker;
+                    async move {
+                        let fast = match children {
+                            Some(children) => {
+                                queue.grant_if_holds_in(&created, children, marker).await?
+                            }
+                            None => None,
+                        };
+                        let grant = match fast {
+                            Some(grant) => grant,
+                            None => queue.wait_created(created, marker).await?,
+                        };
+                        granted.store(true, Ordering::Release);
+                        Ok::<_, Error>(grant)
+                    }
+                },
+            ))
+            .await
+        }
+        .instrument(span);
+        let timed = match deadline {
+            None => Ok(wait.await),
+            Some(deadline) => tokio::time::timeout_at(deadline, wait).await,
+        };
+        let result = match timed {
+            Ok(result) => result,
+            Err(_) => Err(self
+                .timeout_error(&queues, &pending, &granted, started.elapsed())
+                .await),
+        };
+        match result {
+            Ok(grants) => {
+                pending.disarm();
+                Ok(grants)
+            }
+            Err(err) => {
+                pending.cleanup().await;
+                Err(err)
+            }
+        }
+    }
+
+    /// The timeout error, naming the first path not granted yet.
+    async fn timeout_error(
+        &self,
+        queues: &[Queue],
+        pending: &Pending,
+        granted: &[AtomicBool],
+        waited: Duration,
+    ) -> Error {
+        let i = granted
+            .iter()
+            .position(|g| !g.load(Ordering::Acquire))
+            .unwrap_or(0);
+        let (ahead, holder) = match pending.nodes.as_ref().and_then(|n| n.get(i)) {
+            Some(node) => queues[i].progress_of(node).await,
+            None => (0, None),
+        };
+        Error::Timeout {
+            path: queues[i].dir().to_string(),
+            waited,
+            ahead,
+            holder,
+        }
+    }
+
+    async fn lease(&self, grants: Vec<Grant>, claim: Claim) -> Result<MultiLease> {
+        let leases: Vec<Lease> = grants
+            .into_iter()
+            .map(|grant| {
+                let dir = grant.node[..grant.node.rfind('/').unwrap_or(0)].to_string();
+                Lease::new(self.session.clone(), dir, grant, Claim::none())
+            })
+            .collect();
+        let lease = MultiLease {
+            session: self.session.clone(),
+            leases,
+            _claim: claim,
+        };
+        // The grants came one queue at a time: if the clock lapsed between the first and the
+        // last, the first may no longer be ours. Nothing is held then.
+        if let Some((path, LeaseState::Lost(reason))) = lease
+            .leases
+            .iter()
+            .map(|l| (l.lock_path().to_string(), l.state()))
+            .find(|(_, s)| matches!(s, LeaseState::Lost(_)))
+        {
+            let _ = lease.release().await;
+            return Err(Error::LockLost { path, reason });
+        }
+        Ok(lease)
+    }
+}
+
+/// The protected create of one node per queue, in one transaction.
+async fn enqueue(
+    queues: &[Queue],
+    uuid: &uuid::Uuid,
+    pending: &mut Pending,
+) -> Result<Vec<Created>> {
+    let shared = queues[0].session().shared().clone();
+    let prefixes: Vec<String> = queues.iter().map(|q| q.node_prefix(uuid)).collect();
+    let data = queues[0].owner_data();
+    let dir_of = |index: Option<usize>| queues[index.unwrap_or(0).min(queues.len() - 1)].dir();
+    let mut directories_made = 0;
+    loop {
+        pending.sent = true;
+        match shared.create_queue_nodes(&prefixes, &data).await {
+            Ok(created) => {
+                pending.nodes = Some(created.iter().map(|c| c.path.clone()).collect());
+                for c in &created {
+                    tracing::info!(node = %c.path, token = c.czxid, sequence = c.sequence, "enqueued");
+                }
+                return Ok(created);
+            }
+            Err((Some(index), zk::Error::NoNode)) => {
+                // The transaction created nothing; one directory (the first missing) is named.
+                pending.sent = false;
+                directories_made += 1;
+                if directories_made > queues.len() + EXTRA_DIRECTORY_RETRIES {
+                    return Err(Error::LockDirectoryDeleted {
+                        path: dir_of(Some(index)).to_string(),
+                    });
+                }
+                shared.make_dirs(dir_of(Some(index))).await?;
+            }
+            Err((_, e)) if outcome_unknown(&e) => {
+                if let Some(found) = find_all(queues, &pending.marker).await? {
+                    for c in &found {
+                        tracing::info!(node = %c.path, token = c.czxid, "enqueued (found our node after a lost answer)");
+                    }
+                    pending.nodes = Some(found.iter().map(|c| c.path.clone()).collect());
+                    return Ok(found);
+                }
+                tracing::debug!(
+                    "multi create outcome unknown and no node of ours found: creating again"
+                );
+            }
+            Err((index, zk::Error::NoChildrenForEphemerals)) => {
+                pending.sent = false;
+                return Err(Error::InvalidPath {
+                    path: dir_of(index).to_string(),
+                    reason: "it is an ephemeral node, which cannot have children",
+                });
+            }
+            Err((index, e)) => {
+                // A definite error: the server created nothing, in any directory.
+                pending.sent = false;
+                let prefix = &prefixes[index.unwrap_or(0).min(prefixes.len() - 1)];
+                return Err(Error::zk("create", prefix, e));
+            }
+        }
+    }
+}
+
+/// After a create whose answer was lost: our nodes in every queue, or `None` if there are
+/// none. The transaction is all-or-nothing, so finding some but not all means it committed
+/// between our listings (look again) or someone deleted one of ours.
+async fn find_all(queues: &[Queue], marker: &str) -> Result<Option<Vec<Created>>> {
+    for _ in 0..PARTIAL_FIND_RETRIES {
+        let found = try_join_all(queues.iter().map(|q| q.find_own_node(marker))).await?;
+        let count = found.iter().filter(|f| f.is_some()).count();
+        if count == 0 {
+            return Ok(None);
+        }
+        if count == queues.len() {
+            return Ok(Some(found.into_iter().flatten().collect()));
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let missing = find_missing(queues, marker).await;
+    Err(missing.unwrap_or_else(|| Error::NodeDeleted {
+        node: queues[0].dir().to_string(),
+    }))
+}
+
+async fn find_missing(queues: &[Queue], marker: &str) -> Option<Error> {
+    for queue in queues {
+        if let Ok(None) = queue.find_own_node(marker).await {
+            return Some(Error::NodeDeleted {
+                node: format!("{}/{marker}…", queue.dir()),
+            });
+        }
+    }
+    None
+}
+
+/// Our nodes between create and grant. If dropped while armed (the acquire was
+/// cancelled), it removes them in the background.
+struct Pending {
+    shared: Arc<Shared>,
+    queues: Vec<Queue>,
+    marker: String,
+    /// Known once the create was answered (or our nodes found again).
+    nodes: Option<Vec<String>>,
+    /// A create was sent, so nodes may exist even if `nodes` is unknown.
+    sent: bool,
+    armed: bool,
+}
+
+impl Pending {
+    fn new(queues: &[Queue], uuid: &uuid::Uuid) -> Pending {
+        Pending {
+            shared: queues[0].session().shared().clone(),
+            queues: queues.to_vec(),
+            marker: queues[0].marker(uuid),
+            nodes: None,
+            sent: false,
+            armed: true,
+        }
+    }
+
+    fn disarm(&mut self) {
+        self.armed = false;
+    }
+
+    fn task(&mut self) -> Option<impl std::future::Future<Output = ()> + Send + 'static> {
+        if !std::mem::replace(&mut self.armed, false) {
+            return None;
+        }
+        Some(cleanup(
+            self.shared.clone(),
+            self.queues.clone(),
+            self.marker.clone(),
+            self.nodes.take(),
+            self.sent,
+        ))
+    }
+
+    /// Removes whatever nodes we may have; waits for that at most [`CLEANUP_GRACE`], then
+    /// leaves it to the background.
+    async fn cleanup(&mut self) {
+        if let Some(task) = self.task() {
+            let task = tokio::spawn(task);
+            if tokio::time::timeout(CLEANUP_GRACE, task).await.is_err() {
+                tracing::debug!(
+                    "no answer yet while leaving the queues: the delete goes on in the background"
+                );
+            }
+        }
+    }
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        if let Some(task) = self.task() {
+            crate::session::spawn_detached(task);
+        }
+    }
+}
+
+async fn cleanup(
+    shared: Arc<Shared>,
+    queues: Vec<Queue>,
+    marker: String,
+    nodes: Option<Vec<String>>,
+    sent: bool,
+) {
+    let nodes = match nodes {
+        Some(nodes) => nodes,
+        // The create may still have happened: requests on one connection are answered in
+        // order, so listing after it sees its result.
+        None if sent => {
+            let found = find_ours(&queues, &marker).await;
+            if found.is_empty() {
+                // Unless the connection broke in between and the transaction commits late:
+                // look once more, later, so no orphan outlives this.
+                let (shared, queues, marker) = (shared.clone(), queues.clone(), marker.clone());
+                crate::session::spawn_detached(async move {
+                    tokio::time::sleep(shared.session_timeout / 2).await;
+                    let late = find_ours(&queues, &marker).await;
+                    if !late.is_empty() {
+                        tracing::warn!(nodes = ?late, "deleting late-committed nodes of a cancelled multi-lock acquire");
+                        let _ = shared.delete_all_until_gone(&late).await;
+                    }
+                });
+            }
+            found
+        }
+        None => vec![],
+    };
+    if nodes.is_empty() {
+        return;
+    }
+    match shared.delete_all_until_gone(&nodes).await {
+        Ok(()) => tracing::debug!(?nodes, "left the queues"),
+        Err(err) => {
+            tracing::warn!(?nodes, %err, "could not delete our nodes; they disappear with the session")
+        }
+    }
+}
+
+/// Our nodes carrying `marker`, in every queue where one is found.
+async fn find_ours(queues: &[Queue], marker: &str) -> Vec<String> {
+    let found = futures::future::join_all(queues.iter().map(|q| q.find_own_node(marker))).await;
+    found
+        .into_iter()
+        .filter_map(|f| f.ok().flatten().map(|c| c.path))
+        .collect()
+}
+
+/// The guard of a held multi-lock: one [`Lease`] per path.
+///
+/// Each path fences with its own token ([`token`](Self::token)); [`lost`](Self::lost)
+/// resolves when any of them is lost. Dropping the guard releases every path in the
+/// background; [`release`](Self::release) deletes all nodes in one transaction and waits
+/// for the ensemble to confirm.
+///
+/// ```no_run
+/// # async fn f(session: zkfence::Session) -> zkfence::Result<()> {
+/// # async fn book(_: &[(&str, zkfence::FencingToken)]) {}
+/// let lease = session.multi_lock(&["/seats/12", "/seats/13"]).acquire().await?;
+/// let tokens = [
+///     ("/seats/12", lease.token("/seats/12").unwrap()),
+///     ("/seats/13", lease.token("/seats/13").unwrap()),
+/// ];
+/// tokio::select! {
+///     (path, reason) = lease.lost() => eprintln!("lost {path} mid-way ({reason}): abandoning"),
+///     _ = book(&tokens) => lease.release().await?,
+/// }
+/// # Ok(()) }
+/// ```
+#[must_use = "if unused the locks are released at once"]
+#[clippy::has_significant_drop]
+pub struct MultiLease {
+    session: Session,
+    /// In the order the paths were given; empty once released.
+    leases: Vec<Lease>,
+    _claim: Claim,
+}
+
+impl fmt::Debug for MultiLease {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MultiLease")
+            .field("leases", &self.leases)
+            .finish()
+    }
+}
+
+impl MultiLease {
+    /// The lease of `path` (a path the multi-lock named, as given or normalised).
+    ///
+    /// ```no_run
+    /// # async fn f(lease: zkfence::MultiLease) -> zkfence::Result<()> {
+    /// use zkfence::FencedOp;
+    /// // A write in ZooKeeper fenced by one seat's lock.
+    /// lease.lease("/seats/12").unwrap().fenced_write(&[FencedOp::SetData {
+    ///     path: "/bookings/seat-12".into(), data: b"booking-7".to_vec(), version: None,
+    /// }]).await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn lease(&self, path: &str) -> Option<&Lease> {
+        let path = normalise(path);
+        self.leases.iter().find(|l| l.lock_path() == path)
+    }
+
+    /// The fencing token of `path`'s lock, or `None` if the multi-lock did not name it.
+    /// Pass it to the resource `path` protects: each resource fences with its own lock's
+    /// token, which grows with each grant of that lock.
+    ///
+    /// ```no_run
+    /// # fn f(lease: zkfence::MultiLease) {
+    /// let token = lease.token("/seats/12").expect("a path we locked");
+    /// # }
+    /// ```
+    pub fn token(&self, path: &str) -> Option<FencingToken> {
+        self.lease(path).map(Lease::token)
+    }
+
+    /// Every lease, in the order the paths were given.
+    ///
+    /// ```no_run
+    /// # fn f(lease: zkfence::MultiLease) {
+    /// for l in lease.leases() {
+    ///     println!("{}: {}", l.lock_path(), l.token());
+    /// }
+    /// # }
+    /// ```
+    pub fn leases(&self) -> &[Lease] {
+        &self.leases
+    }
+
+    /// Where the multi-lease stands: `Lost` if any path is lost, else `Suspended` if any is
+    /// suspended, else `Held`. Cheap: no request is sent.
+    ///
+    /// ```no_run
+    /// # fn f(lease: zkfence::MultiLease) {
+    /// if lease.state() == zkfence::LeaseState::Held { /* act */ }
+    /// # }
+    /// ```
+    pub fn state(&self) -> LeaseState {
+        let mut worst = LeaseState::Held;
+        for lease in &self.leases {
+            match lease.state() {
+                lost @ LeaseState::Lost(_) => return lost,
+                LeaseState::Suspended => worst = LeaseState::Suspended,
+                LeaseState::Held => {}
+            }
+        }
+        worst
+    }
+
+    /// Resolves when any path's lease is lost, with that lock's path and the reason.
+    ///
+    /// The first call also watches our nodes (one read each), so a deletion by someone else
+    /// is noticed.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only observes; the watches on our nodes stay.
+    ///
+    /// # Notable errors
+    /// None: it returns the [`LossReason`].
+    ///
+    /// ```no_run
+    /// # async fn f(lease: zkfence::MultiLease) {
+    /// let (path, reason) = lease.lost().await;
+    /// eprintln!("stop: lost {path} ({reason})");
+    /// # }
+    /// ```
+    pub async fn lost(&self) -> (&str, LossReason) {
+        let losses = self
+            .leases
+            .iter()
+            .map(|lease| Box::pin(async move { (lease.lock_path(), lease.lost().await) }));
+        select_all(losses).await.0
+    }
+
+    /// The session the leases live on.
+    ///
+    /// ```no_run
+    /// # fn f(lease: zkfence::MultiLease) {
+    /// println!("held by session {:#x}", lease.session().id());
+    /// # }
+    /// ```
+    pub fn session(&self) -> &Session {
+        &self.session
+    }
+
+    /// Releases every path: deletes all our nodes in one transaction, and waits until the
+    /// ensemble confirms they are gone. Each path's [`Lease`] is marked released then.
+    ///
+    /// Retries through connection loss and server failover, so once it returns `Ok` no
+    /// session keeps any of the nodes.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: if the future is dropped, each lease deletes its node in the background.
+    ///
+    /// # Notable errors
+    /// - [`Error::SessionExpired`], [`Error::SessionClosed`]: the session ended, which
+    ///   removed the nodes.
+    ///
+    /// ```no_run
+    /// # async fn f(session: zkfence::Session) -> zkfence::Result<()> {
+    /// let lease = session.multi_lock(&["/seats/12", "/seats/13"]).acquire().await?;
+    /// lease.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn release(mut self) -> Result<()> {
+        let leases = std::mem::take(&mut self.leases);
+        release_all(self.session.shared(), leases).await
+    }
+}
+
+/// Deletes the leases' nodes in one transaction, then drops the leases (which marks each
+/// released; its own delete then finds the node gone). If this is dropped before the
+/// ensemble answers, each lease deletes its own node in the background.
+async fn release_all(shared: &Shared, leases: Vec<Lease>) -> Result<()> {
+    if leases.is_empty() {
+        return Ok(());
+    }
+    let nodes: Vec<String> = leases.iter().map(|l| l.path().to_string()).collect();
+    let result = shared.delete_all_until_gone(&nodes).await;
+    drop(leases);
+    result
+}
+
+impl Drop for MultiLease {
+    fn drop(&mut self) {
+        let leases = std::mem::take(&mut self.leases);
+        if leases.is_empty() {
+            return;
+        }
+        let shared = self.session.shared().clone();
+        crate::session::spawn_detached(async move {
+            let _ = release_all(&shared, leases).await;
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn paths(p: &[&str]) -> Vec<String> {
+        p.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn normalises_and_rejects_bad_input() {
+        assert_eq!(normalise("/a//b/"), "/a/b");
+        assert_eq!(normalise("/"), "/");
+        assert_eq!(validate(&paths(&["/b", "/a/"])).unwrap(), ["/b", "/a"]);
+        let err = |p: &[&str]| match validate(&paths(p)) {
+            Err(Error::InvalidPath { reason, .. }) => reason,
+            other => panic!("{p:?}: expected InvalidPath, got {other:?}"),
+        };
+        assert!(err(&[]).contains("at least one"));
+        assert!(err(&["/a", "/a//"]).contains("twice"));
+        assert!(err(&["/a", "relative"]).contains("start with '/'"));
+        let many: Vec<String> = (0..=MAX_MULTI_LOCK_PATHS)
+            .map(|i| format!("/r/{i}"))
+            .collect();
+        let many: Vec<&str> = many.iter().map(String::as_str).collect();
+        assert!(err(&many).contains("at most"));
+        let max: Vec<String> = (0..MAX_MULTI_LOCK_PATHS)
+            .map(|i| format!("/r/{i}"))
+            .collect();
+        assert!(validate(&max).is_ok());
+    }
+}
+
+#[cfg(test)]
+mod bounds {
+    #[test]
+    fn send_sync() {
+        fn send_sync<T: Send + Sync + 'static>() {}
+        fn send<T: Send>(_: &T) {}
+        send_sync::<super::MultiLock>();
+        send_sync::<super::MultiLease>();
+        #[allow(unreachable_code, clippy::diverging_sub_expression)]
+        fn futures_are_send(lock: &super::MultiLock, lease: super::MultiLease) {
+            send(&lock.acquire());
+            send(&lock.try_acquire());
+            send(&lock.acquire_timeout(std::time::Duration::ZERO));
+            send(&lease.lost());
+            send(&lease.release());
+        }
+        let _ = futures_are_send;
+    }
+}
