@@ -322,6 +322,12 @@ impl Lease {
         result
     }
 
+    /// Marks the lease released after someone else deleted its node (a multi-lock's one
+    /// transaction): nothing more is sent.
+    pub(crate) fn released_elsewhere(mut self) {
+        self.mark_released();
+    }
+
     /// Marks the lease released; returns false if it already was.
     fn mark_released(&mut self) -> bool {
         if std::mem::replace(&mut self.released, true) {

@@ -833,16 +833,18 @@ impl MultiLease {
     }
 }
 
-/// Deletes the leases' nodes in one transaction, then drops the leases (which marks each
-/// released; its own delete then finds the node gone). If this is dropped before the
-/// ensemble answers, each lease deletes its own node in the background.
+/// Deletes the leases' nodes in one transaction, then marks each lease released without a
+/// request of its own. If this is dropped before the ensemble answers (or the transaction
+/// fails), each lease deletes its own node in the background.
 async fn release_all(shared: &Shared, leases: Vec<Lease>) -> Result<()> {
     if leases.is_empty() {
         return Ok(());
     }
     let nodes: Vec<String> = leases.iter().map(|l| l.path().to_string()).collect();
     let result = shared.delete_all_until_gone(&nodes).await;
-    drop(leases);
+    if result.is_ok() {
+        leases.into_iter().for_each(Lease::released_elsewhere);
+    }
     result
 }
 
