@@ -212,6 +212,11 @@ impl Report {
         }
     }
 
+    /// What a scenario that ran before put under `key`, for a row that cites its figure.
+    pub fn get(&self, key: &str) -> Option<&Value> {
+        self.json.get(key)
+    }
+
     pub fn set_in(&mut self, outer: &str, inner: &str, value: Value) {
         let mut m = Map::new();
         m.insert(inner.to_string(), value);

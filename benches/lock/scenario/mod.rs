@@ -1,6 +1,7 @@
 //! The scenarios, one file each, in the order they run: each drives zkfence and the arms it is
 //! compared with, and adds its rows (with their goals) and its JSON to the report.
 
+pub mod directories;
 pub mod handoff;
 pub mod herd;
 pub mod keepalive;

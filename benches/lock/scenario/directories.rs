@@ -1,0 +1,386 @@
+//! 7. Lock directories as containers: the seat-hold case at scale (one session acquiring and
+//!    releasing many distinct locks under one parent, 64 at a time, and what is left under the
+//!    parent once the server's container check has run), and the cost of a lock whose
+//!    directory the server removed while it was idle.
+//!
+//! This scenario has an ensemble of its own, whose leader checks containers every
+//! [`CONTAINER_CHECK`] instead of every 60 s: on the bench's main ensemble that would remove
+//! the hot locks' directories in the instants they are empty between two cycles (about half
+//! the time in a closed loop), and scenarios 1–6's request counts would then include
+//! directories made again. The hot 64-lock arm run here, interleaved with the seat-hold,
+//! shows that effect in its requests per cycle.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use tokio::task::JoinSet;
+use zkfence::Session;
+use zookeeper_client as zkc;
+
+use super::{join_all_ok, timed_cycles};
+use crate::arms::mkdir;
+use crate::report::{Goal, Report, Row};
+use crate::server::Bench;
+use crate::stats::{ms, order, paired, round3, Arm, Samples};
+use crate::{progress, Result};
+
+/// How often this scenario's leader removes empty containers (`znode.container.checkIntervalMs`).
+pub const CONTAINER_CHECK: Duration = Duration::from_millis(200);
+
+/// `znode.container.maxPerMinute`: ZooKeeper paces container deletions to 10,000 a minute by
+/// default, which would take 10 minutes to clear 100,000 seat directories. Above 60,000 the
+/// pacing is 0 ms per deletion.
+pub const CONTAINER_MAX_PER_MINUTE: u64 = 1_000_000;
+
+/// A lock whose directory is gone: a create that answers `NoNode`, the directory's create,
+/// the create that enqueues, getChildren, delete.
+const REGROW_REQUESTS: f64 = 5.0;
+
+/// Hot lock cycles measured right after each idle-directory cycle, on the directory it made.
+const HOT_AFTER_IDLE: usize = 10;
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum SeatArm {
+    Seats,
+    Hot,
+}
+
+/// Acquires and releases the locks `parent/seat-{range}`, each once, `tasks` at a time.
+async fn seat_hold(
+    session: &Session,
+    parent: &str,
+    range: std::ops::Range<usize>,
+    tasks: usize,
+) -> Result<Samples> {
+    let start = Instant::now();
+    let next = Arc::new(AtomicUsize::new(range.start));
+    let mut set = JoinSet::new();
+    for _ in 0..tasks {
+        let (session, parent, next, end) =
+            (session.clone(), parent.to_string(), next.clone(), range.end);
+        set.spawn(async move {
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= end {
+                    return Ok(());
+                }
+                let lock = session.lock(&format!("{parent}/seat-{i}"));
+                lock.acquire().await?.release().await?;
+            }
+        });
+    }
+    join_all_ok(set).await?;
+    Ok(Samples {
+        ops: range.len(),
+        elapsed: start.elapsed(),
+        ..Default::default()
+    })
+}
+
+/// The hot arm: `dirs.len()` tasks, each cycling its own lock (scenario 3's zkfence arm).
+async fn hot(session: &Session, dirs: &[String], cycles: usize) -> Result<Samples> {
+    let start = Instant::now();
+    let mut set = JoinSet::new();
+    for dir in dirs {
+        let lock = session.lock(dir);
+        set.spawn(async move {
+            for _ in 0..cycles {
+                lock.acquire().await?.release().await?;
+            }
+            Ok(())
+        });
+    }
+    join_all_ok(set).await?;
+    Ok(Samples {
+        ops: dirs.len() * cycles,
+        elapsed: start.elapsed(),
+        ..Default::default()
+    })
+}
+
+/// Children of `path` as the connected server has them after a `sync` (0 if it is gone).
+async fn children(client: &zkc::Client, path: &str) -> Result<usize> {
+    let _ = client.sync(path).await;
+    match client.list_children(path).await {
+        Ok(c) => Ok(c.len()),
+        Err(zkc::Error::NoNode) => Ok(0),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Polls until `path` has no children or `deadline` passes; returns what is left and when
+/// it was seen.
+async fn wait_empty(
+    client: &zkc::Client,
+    path: &str,
+    deadline: Duration,
+) -> Result<(usize, Duration)> {
+    let start = Instant::now();
+    loop {
+        let left = children(client, path).await?;
+        if left == 0 || start.elapsed() >= deadline {
+            return Ok((left, start.elapsed()));
+        }
+        // A poll interval, not a synchronisation: the condition is read again after it.
+        tokio::time::sleep(CONTAINER_CHECK / 4).await;
+    }
+}
+
+/// Polls until `path` no longer exists; errors after `deadline`.
+async fn wait_gone(client: &zkc::Client, path: &str, deadline: Duration) -> Result<Duration> {
+    let start = Instant::now();
+    loop {
+        let _ = client.sync(path).await;
+        if client.check_stat(path).await?.is_none() {
+            return Ok(start.elapsed());
+        }
+        if start.elapsed() >= deadline {
+            return Err(format!(
+                "{path} still exists {:.1} s after its last release: is the container check on?",
+                deadline.as_secs_f64()
+            )
+            .into());
+        }
+        tokio::time::sleep(CONTAINER_CHECK / 4).await;
+    }
+}
+
+pub async fn run(bench: &Bench, report: &mut Report) -> Result<()> {
+    seats(bench, report).await?;
+    idle(bench, report).await
+}
+
+async fn seats(bench: &Bench, report: &mut Report) -> Result<()> {
+    let plan = &bench.plan;
+    let (n, tasks, rounds) = (plan.seat_locks, plan.parallel_tasks, plan.rounds.max(1));
+    progress(format!(
+        "7/7 seat-hold: {n} distinct locks under one parent, {tasks} at a time, in {rounds} \
+         rounds interleaved with {tasks} hot locks (container check every {} ms)",
+        CONTAINER_CHECK.as_millis()
+    ));
+    let session = bench.session().await?;
+    let watcher = bench.raw().await?;
+    // The parent is the application's (`/app/seats`), persistent: what is counted is what
+    // the locks leave under it.
+    let parent = bench.path("seats");
+    mkdir(&watcher, &parent).await?;
+    let hot_dirs: Vec<String> = (0..tasks)
+        .map(|i| bench.path(&format!("hot/{i}")))
+        .collect();
+    let k = plan.parallel_cycles;
+    // Warm-up, not measured: the hot directories, and the first seats' code paths.
+    hot(&session, &hot_dirs, k).await?;
+    let warm = tasks * 4;
+    seat_hold(&session, &bench.path("seats-warmup"), 0..warm, tasks).await?;
+
+    let (mut seat_arm, mut hot_arm) = (Arm::default(), Arm::default());
+    let per_round = n.div_ceil(rounds);
+    let mut last_release = Instant::now();
+    for round in 0..rounds {
+        let range = (round * per_round).min(n)..((round + 1) * per_round).min(n);
+        for arm in order(&[SeatArm::Seats, SeatArm::Hot], round) {
+            let one = std::slice::from_ref(&session);
+            match arm {
+                SeatArm::Seats => {
+                    let work = seat_hold(&session, &parent, range.clone(), tasks);
+                    seat_arm.push(bench.measure_ours(one, work).await?);
+                    last_release = Instant::now();
+                }
+                SeatArm::Hot => {
+                    let work = hot(&session, &hot_dirs, k);
+                    hot_arm.push(bench.measure_ours(one, work).await?);
+                }
+            }
+        }
+    }
+    // The leader removes the last seats' directories at its next check; the deletions are
+    // unpaced (CONTAINER_MAX_PER_MINUTE), so seconds are plenty even for 100,000.
+    let deadline = Duration::from_secs(20) + CONTAINER_CHECK * 10;
+    let (left, _) = wait_empty(&watcher, &parent, deadline).await?;
+    // From the last seat's release until the parent was seen empty (or the deadline); when
+    // the hot arm ran last, this includes its round.
+    let emptied_after = last_release.elapsed();
+
+    let vs_hot = paired(&seat_arm, &hot_arm, Samples::rate);
+    let scenario3 = report
+        .get("parallel")
+        .and_then(|p| p["cycles_per_s"].as_f64());
+    let scenario3_hot_rpc = report
+        .get("parallel")
+        .and_then(|p| p["requests_per_cycle"].as_f64());
+    report.set(
+        "seathold",
+        json!({
+            "locks": n,
+            "tasks": tasks,
+            "container_check_ms": CONTAINER_CHECK.as_millis() as u64,
+            "cycles": seat_arm.ops(),
+            "cycles_per_s": round3(seat_arm.rate()),
+            "hot_cycles_per_s": round3(hot_arm.rate()),
+            "ratio_vs_hot": vs_hot.json(),
+            "parallel_cycles_per_s": scenario3.map(round3),
+            "ratio_vs_parallel": scenario3.map(|p| round3(seat_arm.rate() / p)),
+            "requests_per_cycle": round3(seat_arm.requests_per_op()),
+            "requests_per_cycle_without_keepalives": round3(seat_arm.requests_per_op_without_keepalives()),
+            "hot_requests_per_cycle": round3(hot_arm.requests_per_op()),
+            "hot_requests_per_cycle_without_keepalives": round3(hot_arm.requests_per_op_without_keepalives()),
+            "parallel_requests_per_cycle": scenario3_hot_rpc.map(round3),
+            "znodes_left": left,
+            "emptied_after_s": round3(emptied_after.as_secs_f64()),
+            "arms": { "seats": seat_arm.json(), "hot": hot_arm.json() },
+        }),
+    );
+    let scenario = format!("7 seat-hold ({n} locks under one parent, {tasks} at a time)");
+    let parallel_cell = match scenario3 {
+        Some(p) => format!(
+            "; ours/scenario 3 {:.2} (unpaired, other ensemble)",
+            seat_arm.rate() / p
+        ),
+        None => String::new(),
+    };
+    report.row(
+        Row::new(&scenario, "cycles/s (median of rounds)")
+            .ours(seat_arm.rate_cell())
+            .floor(format!(
+                "{} (hot 64 locks, interleaved){}",
+                hot_arm.rate_cell(),
+                scenario3.map_or(String::new(), |p| format!("; {p:.0} (scenario 3)"))
+            ))
+            .ratio(format!("ours/hot {}{parallel_cell}", vs_hot.cell())),
+    );
+    report.row(
+        Row::new(&scenario, "requests per cycle (at the server)")
+            .ours(seat_arm.requests_cell())
+            .floor(format!(
+                "{:.0} (protocol: fresh directory); hot {} here, {} in scenario 3",
+                REGROW_REQUESTS,
+                hot_arm.requests_cell(),
+                scenario3_hot_rpc.map_or("-".into(), |r| format!("{r:.2}"))
+            )),
+    );
+    report.row(
+        Row::new(
+            &scenario,
+            "znodes left under the parent after the container check",
+        )
+        .ours(left.to_string())
+        .ratio(if left == 0 {
+            format!(
+                "empty {:.1} s after the last release",
+                emptied_after.as_secs_f64()
+            )
+        } else {
+            format!("still {left} after {:.1} s", emptied_after.as_secs_f64())
+        })
+        .goal(
+            Goal::new("seathold.znodes_left", left as f64, "= 0", left == 0)
+                .checked()
+                .detail(format!(
+                    "children of {parent} {:.1} s after the last of {n} releases, container \
+                         check every {} ms",
+                    emptied_after.as_secs_f64(),
+                    CONTAINER_CHECK.as_millis()
+                )),
+        ),
+    );
+    Ok(())
+}
+
+async fn idle(bench: &Bench, report: &mut Report) -> Result<()> {
+    let plan = &bench.plan;
+    let cycles = plan.idle_cycles;
+    progress(format!(
+        "7/7 idle directory: {cycles} acquire+release cycles, each after the container check \
+         removed the lock's directory, each followed by {HOT_AFTER_IDLE} hot cycles"
+    ));
+    let session = bench.session().await?;
+    let watcher = bench.raw().await?;
+    // A persistent parent, so that only the lock's own directory comes and goes.
+    let parent = bench.path("idle");
+    mkdir(&watcher, &parent).await?;
+    let dir = format!("{parent}/lock");
+    let lock = session.lock(&dir);
+    // Warm-up: makes the directory once (and its code paths), not measured.
+    lock.acquire().await?.release().await?;
+
+    let (mut regrow, mut hot_arm) = (Arm::default(), Arm::default());
+    let mut waits = Vec::with_capacity(cycles);
+    let one = std::slice::from_ref(&session);
+    for _ in 0..cycles {
+        // Wait until the server has removed the directory: the cycle measured next must find
+        // it gone (polled on another connection, so not counted).
+        waits.push(
+            wait_gone(
+                &watcher,
+                &dir,
+                Duration::from_secs(10) + CONTAINER_CHECK * 20,
+            )
+            .await?,
+        );
+        let work = timed_cycles(1, || async { Ok(lock.acquire().await?.release().await?) });
+        regrow.push(bench.measure_ours(one, work).await?);
+        let work = timed_cycles(HOT_AFTER_IDLE, || async {
+            Ok(lock.acquire().await?.release().await?)
+        });
+        hot_arm.push(bench.measure_ours(one, work).await?);
+    }
+    let rpc = regrow.requests_per_op_without_keepalives();
+    let ratio = paired(&regrow, &hot_arm, |s| ms(s.p50()));
+    let uncontended = report
+        .get("uncontended")
+        .and_then(|u| u["requests_per_cycle_without_keepalives"].as_f64());
+    let waited: Vec<f64> = waits.iter().map(|w| round3(w.as_secs_f64())).collect();
+    report.set(
+        "idle_directory",
+        json!({
+            "cycles": regrow.ops(),
+            "container_check_ms": CONTAINER_CHECK.as_millis() as u64,
+            "requests_per_cycle": round3(regrow.requests_per_op()),
+            "requests_per_cycle_without_keepalives": round3(rpc),
+            "p50_ms": round3(regrow.pct_ms(0.5)),
+            "hot_p50_ms": round3(hot_arm.pct_ms(0.5)),
+            "hot_requests_per_cycle": round3(hot_arm.requests_per_op_without_keepalives()),
+            "uncontended_requests_per_cycle": uncontended.map(round3),
+            "ratio_p50_vs_hot": ratio.json(),
+            "waited_for_removal_s": waited,
+            "arms": { "regrow": regrow.json(), "hot": hot_arm.json() },
+        }),
+    );
+    let scenario = "7 idle directory (removed by the container check)";
+    report.row(
+        Row::new(scenario, "requests per cycle (at the server)")
+            .ours(regrow.requests_cell())
+            .floor(format!(
+                "{REGROW_REQUESTS:.0} (protocol); hot lock {} (scenario 1), {} here right after",
+                uncontended.map_or("-".into(), |r| format!("{r:.2}")),
+                hot_arm.requests_cell()
+            ))
+            .goal(
+                Goal::equals(
+                    "idle_directory.requests_per_cycle",
+                    rpc,
+                    REGROW_REQUESTS,
+                    // Each measured cycle is one window: a lease-clock keepalive is subtracted,
+                    // anything else would be an extra request of the library's.
+                    0.005,
+                )
+                .checked()
+                .detail(format!(
+                    "{} requests at the server less {} lease-clock syncs over {} cycles, each \
+                     after its directory was seen removed",
+                    regrow.requests(),
+                    regrow.keepalives(),
+                    regrow.ops()
+                )),
+            ),
+    );
+    report.row(
+        Row::new(scenario, "acquire+release p50 (ms)")
+            .ours(format!("{:.2}", regrow.pct_ms(0.5)))
+            .floor(format!("{:.2} (hot, right after)", hot_arm.pct_ms(0.5)))
+            .ratio(format!("idle/hot p50 {}", ratio.cell())),
+    );
+    Ok(())
+}
