@@ -31,6 +31,7 @@
 
 mod admission;
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -230,6 +231,9 @@ async fn find_own(
     dir: &str,
     marker: &str,
 ) -> Result<Option<crate::session::Created>> {
+    // A server behind the leader could miss a create that committed: catch up first (rare
+    // path: only after a lost answer).
+    shared.sync(dir).await?;
     let Some(children) = shared.list(dir).await? else {
         return Ok(None);
     };
@@ -602,6 +606,7 @@ impl Queue {
             // again. Our own node is watched in the same round trip: its deletion is seen
             // before the predecessor's (events arrive in zxid order), so a waiter whose node
             // was deleted is never granted.
+            let connection = shared.counters.reconnects.load(Ordering::Relaxed);
             let (predecessor_watch, own_watch) = shared.watch_pair(&predecessor, &node).await?;
             let Some(mut own_watch) = own_watch else {
                 return Err(self.vanished(&node));
@@ -620,6 +625,11 @@ impl Queue {
                 event = predecessor_watch.changed() => event?,
             };
             Counters::bump(&shared.counters.wakeups);
+            if shared.counters.reconnects.load(Ordering::Relaxed) != connection {
+                // Watches set again after a reconnect need not fire in zxid order: list again
+                // rather than trust the order of the two events.
+                continue;
+            }
             if predecessor_event == NodeEvent::Deleted {
                 // An event of the same transaction (a multi that deleted both nodes) may be
                 // in the client's hands but not yet dispatched: let it run once first.

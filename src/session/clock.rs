@@ -357,6 +357,7 @@ pub(crate) async fn keep(shared: Arc<Shared>, mut states: zookeeper_client::Stat
                     return;
                 }
                 if new == SessionState::Connected {
+                    super::Counters::bump(&shared.counters.reconnects);
                     // Renew at once: a blip that ends inside valid_until must cost nobody a
                     // lock. A keepalive sent on the old connection will never be answered.
                     keepalive = Some(send_keepalive(&shared));

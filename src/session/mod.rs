@@ -185,6 +185,8 @@ pub struct SessionMetrics {
     /// Grants that had to confirm the session with the ensemble first, because the lease
     /// clock did not vouch for it at that moment.
     pub grant_confirms: u64,
+    /// Times the session reconnected (to the same or another server) after a disconnection.
+    pub reconnects: u64,
 }
 
 #[derive(Default)]
@@ -196,6 +198,7 @@ pub(crate) struct Counters {
     pub(crate) wakeups: AtomicU64,
     pub(crate) keepalives: AtomicU64,
     pub(crate) grant_confirms: AtomicU64,
+    pub(crate) reconnects: AtomicU64,
 }
 
 impl Counters {
@@ -227,6 +230,7 @@ impl Shared {
             wakeups: get(&c.wakeups),
             keepalives: get(&c.keepalives),
             grant_confirms: get(&c.grant_confirms),
+            reconnects: get(&c.reconnects),
         }
     }
 

@@ -440,6 +440,22 @@ impl Shared {
         }
     }
 
+    /// Makes the connected server catch up with the leader before our next read (a proof for
+    /// the lease clock too). A missing `path` is fine: the sync only orders.
+    pub(crate) async fn sync(&self, path: &str) -> Result<()> {
+        loop {
+            let sent = Instant::now();
+            match self.client.sync(path).await {
+                Ok(()) | Err(zk::Error::NoNode) => {
+                    self.answered(Answer::Leader, sent);
+                    return Ok(());
+                }
+                Err(e) if outcome_unknown(&e) => pause_before_retry().await,
+                Err(e) => return Err(Error::zk("sync", path, e)),
+            }
+        }
+    }
+
     /// The keepalive: one `sync`, a proof for the lease clock. Returns whether it was
     /// answered.
     pub(crate) async fn keepalive(&self) -> bool {

@@ -59,12 +59,15 @@ pub async fn run(bench: &Bench, report: &mut Report) -> Result<()> {
         ))
         .ratio(format!("{handoffs_per_s:.0} handoffs/s at depth"))
         .goal(
-            // Exact: a count of whole notifications over whole releases.
+            // Exact, up to one: a count of whole notifications over whole releases, where the
+            // one waiter that was second in line when it set its watches also watches its own
+            // node (the grant's proof that it exists) and hears its own release once. A herd
+            // would be hundreds more.
             Goal::equals(
                 "herd.wakeups_per_release",
                 notifications,
                 PROTOCOL_NOTIFICATIONS,
-                0.5 / releases,
+                1.5 / releases,
             )
             .shown_as("notifications = 1")
             .checked()
