@@ -8,11 +8,14 @@
 //! - If every seat is held, the buyer waits a bounded time per seat with `acquire_timeout`,
 //!   in case a checkout is abandoned (bob's card is declined: his seat goes back on sale).
 //! - The sale itself is recorded by the box office, which refuses to sell a seat twice.
+//! - Then two parties race for the same pair of adjacent seats, naming them in opposite
+//!   orders: a multi-lock holds both or neither, so one party books the pair and the other
+//!   nothing, and neither deadlocks holding one seat while waiting for the other.
 //!
 //! If a buyer's process dies mid-checkout, its hold ends with its session, so seats are never
 //! stuck. Run `cargo run --example seat_hold` (starts a throwaway ensemble) or set
 //! `ZKFENCE_CONNECT` / pass `--connect HOSTS` to use yours. Exits 0 only if every seat was
-//! sold exactly once.
+//! sold exactly once and the pair went to one party.
 
 mod common;
 
@@ -190,6 +193,53 @@ async fn main() -> Result<(), Box<dyn Error>> {
         || empty_handed.len() != BUYERS.len() - SEATS.len()
     {
         return Err("the wrong buyers ended up with seats".into());
+    }
+    group_booking(&connect, &office).await
+}
+
+/// Two parties race for the same pair of adjacent seats, naming them in opposite orders: a
+/// multi-lock takes both seats' locks in one transaction, so one party books both, the other
+/// neither, and nobody deadlocks holding one seat while waiting for the other.
+async fn group_booking(connect: &str, office: &Arc<BoxOffice>) -> Result<(), Box<dyn Error>> {
+    const PAIR: [&str; 2] = ["14A", "14B"];
+    let mut parties = Vec::new();
+    for (party, order) in [("party-1", [0, 1]), ("party-2", [1, 0])] {
+        let session = Session::connect(
+            connect,
+            SessionOptions::new().session_timeout(Duration::from_secs(4)),
+        )
+        .await?;
+        let office = office.clone();
+        parties.push(tokio::spawn(async move {
+            let paths = order.map(|i| seat_lock(PAIR[i]));
+            let group = session
+                .multi_lock(&[paths[0].as_str(), paths[1].as_str()])
+                .with_id(party);
+            let hold = group.acquire_timeout(WAIT_PER_SEAT * 2).await?;
+            let booked = !PAIR.iter().any(|seat| office.is_sold(seat));
+            if booked {
+                for seat in PAIR {
+                    let token = hold.token(&seat_lock(seat)).expect("a token per seat");
+                    office.sell(seat, party, token);
+                }
+                println!("{party}: booked {} and {} together", PAIR[0], PAIR[1]);
+            } else {
+                println!("{party}: the pair is gone; nothing booked");
+            }
+            hold.release().await?;
+            Ok::<_, zkfence::Error>(booked)
+        }));
+    }
+    let mut booked = 0;
+    for party in parties {
+        if party.await?? {
+            booked += 1;
+        }
+    }
+    let sold = office.sold.lock().unwrap().clone();
+    let owners: Vec<_> = PAIR.iter().filter_map(|seat| sold.get(seat)).collect();
+    if booked != 1 || owners.len() != 2 || owners[0].0 != owners[1].0 {
+        return Err(format!("the pair was not booked by exactly one party: {owners:?}").into());
     }
     Ok(())
 }

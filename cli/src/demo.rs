@@ -286,7 +286,8 @@ async fn fencing(zk: &Ensemble, tl: Timeline) -> Step {
     Ok(format!(
         "A knew it had lost the lock {:.2}s before B got it; B's token {token_b} > A's {token_a}; A's late write was rejected \
          (the store is an in-process stand-in that applies zkfence's Fence rule, so the refusal itself is by construction: \
-         what the step shows is that the tokens ZooKeeper handed out let a store tell the late write apart)",
+         what the step shows is that the tokens ZooKeeper handed out let a store tell the late write apart; \
+         `cargo run --example fenced_postgres` plays the same against a real PostgreSQL)",
         (b_granted - a_lost).as_secs_f64()
     ))
 }
