@@ -69,15 +69,6 @@ fn campaign_in_background(
     rx
 }
 
-async fn wait_queued(admin: &Session, path: &str, n: usize) {
-    eventually(
-        STEP,
-        &format!("{n} candidates queued under {path}"),
-        || async { children(admin, path).await.len() == n },
-    )
-    .await;
-}
-
 /// One candidate's term as its own view saw it: from `campaign` returning to just before
 /// `resign` (or to `lost` resolving).
 #[derive(Debug, Clone)]
@@ -142,7 +133,7 @@ async fn exactly_one_leader_among_campaigners_at_every_observed_instant() {
                     // The first leader holds on until everyone is queued: from then on the
                     // queue is never empty until the last term, as each resigning candidate
                     // queues again at the back.
-                    wait_queued(&session, &path, CANDIDATES).await;
+                    until_children(&session, &path, CANDIDATES).await;
                 }
                 // The leader's work: a varying stretch, so terms interleave differently.
                 tokio::time::sleep(Duration::from_millis(10 + ((c * 17 + n * 29) % 50) as u64))
@@ -242,7 +233,7 @@ async fn a_partitioned_leader_observes_lost_well_before_its_node_is_deleted() {
         let old = connect(&proxy.connect_string(), PARTITION_T).await;
         let old_leadership = old.election(&path).campaign("old").await.unwrap();
         let elected = campaign_in_background(&new, &path, "new");
-        wait_queued(&admin, &path, 2).await;
+        until_children(&admin, &path, 2).await;
         let (stat, deleted) = admin
             .client()
             .check_and_watch_stat(old_leadership.lease().path())
@@ -364,7 +355,7 @@ async fn sigkill_of_the_leader_process_elects_the_next_with_a_larger_token() {
 
     let parent = connect(&zk.connect_string(), T).await;
     let elected = campaign_in_background(&parent, &path, "parent");
-    wait_queued(&parent, &path, 2).await;
+    until_children(&parent, &path, 2).await;
 
     child.start_kill().unwrap();
     let killed = Instant::now();
@@ -415,7 +406,7 @@ async fn resign_hands_over_in_queue_order() {
             let leadership = election.campaign(&format!("c{i}")).await.unwrap();
             let _ = tx.send((i, leadership));
         });
-        wait_queued(&observer, &path, i + 1).await;
+        until_children(&observer, &path, i + 1).await;
         sessions.push(session);
     }
 
@@ -488,7 +479,7 @@ async fn a_new_session_never_leads_through_its_expired_sessions_node() {
 
     let b = connect(&zk.connect_string(), T).await;
     let b_elected = campaign_in_background(&b, &path, "b");
-    wait_queued(&observer, &path, 2).await;
+    until_children(&observer, &path, 2).await;
 
     proxy.blackhole();
     timeout(3 * T, a1_leadership.lost())
@@ -620,7 +611,7 @@ async fn killing_the_zookeeper_leader_changes_no_leadership() {
         Some(("a".into(), leadership.token().get()))
     );
     let mut b_elected = campaign_in_background(&b, &path, "b");
-    wait_queued(&observer, &path, 2).await;
+    until_children(&observer, &path, 2).await;
 
     // Followers that lose the ZooKeeper leader drop their clients: the leader's session is
     // disconnected, which must not cost the leadership.
@@ -723,7 +714,7 @@ async fn pausing_a_follower_or_the_zookeeper_leader_changes_no_leadership() {
     let b = connect(&cs, PAUSE_T).await;
     let leadership = a.election(&path).campaign("a").await.unwrap();
     let mut b_elected = campaign_in_background(&b, &path, "b");
-    wait_queued(&b, &path, 2).await;
+    until_children(&b, &path, 2).await;
 
     let deadline = Instant::now() + STEP;
     let on = 'found: loop {
@@ -896,7 +887,7 @@ async fn run_cancels_on_loss_requeues_hands_on_when_done_and_resigns_on_shutdown
     };
     let other = connect(&zk.connect_string(), T).await;
     let b_elected = campaign_in_background(&other, &path, "b");
-    wait_queued(&admin, &path, 2).await;
+    until_children(&admin, &path, 2).await;
 
     // Someone deletes the leader's node: the task is cancelled, and r queues again behind b.
     let leader = admin.election(&path).leader().await.unwrap().unwrap();
@@ -981,7 +972,7 @@ async fn run_cancels_a_partitioned_leader_before_the_next_is_elected() {
 
     let other = connect(&zk.connect_string(), T).await;
     let b_elected = campaign_in_background(&other, &path, "b");
-    wait_queued(&other, &path, 2).await;
+    until_children(&other, &path, 2).await;
     proxy.blackhole();
     let (b_start, b_leadership) = timeout(3 * T, b_elected)
         .await

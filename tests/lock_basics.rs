@@ -22,16 +22,6 @@ async fn session() -> Session {
     connect(&shared_ensemble().connect_string(), T).await
 }
 
-/// Waits until the lock directory has `n` contenders.
-async fn until_contenders(s: &Session, dir: &str, n: usize) {
-    eventually(
-        Duration::from_secs(10),
-        &format!("{n} contenders under {dir}"),
-        || async { children(s, dir).await.len() == n },
-    )
-    .await;
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mutual_exclusion_under_contention() {
     let dir = unique_path("mutex");
@@ -132,7 +122,7 @@ async fn waiters_are_granted_in_enqueue_order() {
             lease.release().await.unwrap();
         });
         // Enqueue one at a time, so the enqueue order is known.
-        until_contenders(&observer, &dir, i + 2).await;
+        until_children(&observer, &dir, i + 2).await;
     }
     holder.release().await.unwrap();
     let mut order = vec![];
@@ -238,21 +228,21 @@ async fn a_waiter_leaving_the_middle_does_not_let_the_next_one_in() {
     let (w1s, w2s, w3s) = (session().await, session().await, session().await);
     let d = dir.clone();
     let w1 = tokio::spawn(async move { w1s.lock(&d).acquire().await.unwrap() });
-    until_contenders(&s, &dir, 2).await;
+    until_children(&s, &dir, 2).await;
     let d = dir.clone();
     let w2 = tokio::spawn(async move { w2s.lock(&d).acquire().await });
-    until_contenders(&s, &dir, 3).await;
+    until_children(&s, &dir, 3).await;
     let d = dir.clone();
     let w3_session = w3s.clone();
     let w3 = tokio::spawn(async move { w3s.lock(&d).acquire().await.unwrap() });
-    until_contenders(&s, &dir, 4).await;
+    until_children(&s, &dir, 4).await;
     eventually(Duration::from_secs(5), "w3 watching", || async {
         w3_session.metrics().watches == 1
     })
     .await;
 
     w2.abort(); // w2 leaves from the middle
-    until_contenders(&s, &dir, 3).await;
+    until_children(&s, &dir, 3).await;
     // w3 is woken, looks again and watches w1 instead.
     eventually(
         Duration::from_secs(5),
@@ -294,7 +284,7 @@ async fn cancelled_acquires_and_timeouts_leave_no_node() {
     // Dropped while waiting.
     let lock = waiter.lock(&dir);
     let task = tokio::spawn(async move { lock.acquire().await });
-    until_contenders(&s, &dir, 2).await;
+    until_children(&s, &dir, 2).await;
     task.abort();
     eventually(
         Duration::from_secs(10),
@@ -733,7 +723,7 @@ async fn contenders_show_holder_then_waiters_with_owner_data() {
     let lease = a.lock(&dir).with_id("alpha").acquire().await.unwrap();
     let lock_b = b.lock(&dir).with_id("beta");
     let waiting = tokio::spawn(async move { lock_b.acquire().await.map(|l| l.token()) });
-    until_contenders(&a, &dir, 2).await;
+    until_children(&a, &dir, 2).await;
     let c = a.lock(&dir).contenders().await.unwrap();
     assert_eq!(c.len(), 2);
     assert_eq!(c[0].owner.id.as_deref(), Some("alpha"));
@@ -759,10 +749,10 @@ async fn a_deleted_lock_directory_is_a_clear_error() {
     let holder = holder_session.lock(&dir).acquire().await.unwrap();
     let middle = waiters.lock(&dir);
     let _middle = tokio::spawn(async move { middle.acquire().await });
-    until_contenders(&admin, &dir, 2).await;
+    until_children(&admin, &dir, 2).await;
     let last = waiters.lock(&dir);
     let last = tokio::spawn(async move { last.acquire().await });
-    until_contenders(&admin, &dir, 3).await;
+    until_children(&admin, &dir, 3).await;
 
     // An operator removes the whole queue and the directory, in one transaction, so the
     // woken waiter cannot look before the directory is gone.

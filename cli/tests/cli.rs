@@ -8,11 +8,10 @@ mod common;
 use std::process::Stdio;
 use std::time::Duration;
 
-use common::{children, connect, eventually, shared_ensemble, unique_path};
+use common::{children, connect, shared_ensemble, unique_path, until_children};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 use tokio::process::{Child, Command};
 use tokio::time::Instant;
-use zkfence::Session;
 
 const BIN: &str = env!("CARGO_BIN_EXE_zkfence");
 
@@ -97,22 +96,6 @@ fn alive(pid: i32) -> bool {
     unsafe { libc::kill(pid, 0) == 0 }
 }
 
-/// The children of `dir` after a `sync`, so the view is as fresh as the leader's.
-async fn synced_children(session: &Session, dir: &str) -> Vec<String> {
-    let _ = session.client().sync(dir).await;
-    children(session, dir).await
-}
-
-/// Polls until `session` sees `n` contenders under `dir`.
-async fn until_queued(session: &Session, dir: &str, n: usize) {
-    eventually(
-        Duration::from_secs(10),
-        &format!("{n} contenders in {dir}"),
-        || async { children(session, dir).await.len() == n },
-    )
-    .await;
-}
-
 fn pid_file(name: &str) -> std::path::PathBuf {
     std::env::temp_dir().join(format!(
         "zkfence-cli-{name}-{}",
@@ -171,7 +154,7 @@ async fn exec_passes_cmd_exit_code_and_environment() {
     assert_eq!(ran.code, Some(0));
     let observer = connect(&zk.connect_string(), Duration::from_secs(4)).await;
     assert!(
-        synced_children(&observer, &path).await.is_empty(),
+        children(&observer, &path).await.is_empty(),
         "every run released its node"
     );
 
@@ -186,7 +169,7 @@ async fn exec_passes_cmd_exit_code_and_environment() {
     assert_eq!(ran.code, Some(127), "{}", ran.stderr);
     assert!(ran.stderr.contains("not found"), "{}", ran.stderr);
     assert!(
-        synced_children(&observer, &path).await.is_empty(),
+        children(&observer, &path).await.is_empty(),
         "the lock is released when CMD cannot start"
     );
 }
@@ -321,7 +304,7 @@ async fn exec_times_out_naming_the_holder() {
     assert_eq!(ran.code, Some(75), "{}", ran.stderr);
     assert!(ran.stderr.contains("holder-x"), "{}", ran.stderr);
 
-    let left = synced_children(&holder, &path).await;
+    let left = children(&holder, &path).await;
     assert_eq!(left.len(), 1, "only the holder's node remains: {left:?}");
     assert!(lease.path().ends_with(&left[0]));
     lease.release().await.unwrap();
@@ -339,14 +322,14 @@ async fn sigterm_while_waiting_leaves_no_node() {
     )
     .spawn()
     .unwrap();
-    until_queued(&holder, &path, 2).await;
+    until_children(&holder, &path, 2).await;
 
     signal(&cli, libc::SIGTERM);
     let ran = finish(cli, Duration::from_secs(10)).await;
     assert_eq!(ran.code, Some(128 + libc::SIGTERM), "{}", ran.stderr);
     assert!(!ran.stdout.contains("must not run"));
     // Checked at once: zkfence waited for the ensemble to remove the node before exiting.
-    let left = synced_children(&holder, &path).await;
+    let left = children(&holder, &path).await;
     assert_eq!(left.len(), 1, "only the holder's node remains: {left:?}");
     lease.release().await.unwrap();
 }
@@ -381,7 +364,7 @@ async fn sigterm_while_holding_is_forwarded_and_the_lock_released() {
     assert!(!alive(cmd_pid), "CMD got the signal");
     let observer = connect(&zk.connect_string(), Duration::from_secs(4)).await;
     assert!(
-        synced_children(&observer, &path).await.is_empty(),
+        children(&observer, &path).await.is_empty(),
         "the lock was released before zkfence exited"
     );
 }
@@ -436,7 +419,7 @@ async fn elect_runs_cmd_only_while_leading() {
     .spawn()
     .unwrap();
     let observer = connect(&zk.connect_string(), Duration::from_secs(4)).await;
-    until_queued(&observer, &path, 2).await;
+    until_children(&observer, &path, 2).await;
     assert_eq!(
         observer
             .election(&path)
@@ -474,7 +457,7 @@ async fn elect_runs_cmd_only_while_leading() {
         second.stdout
     );
     assert!(
-        synced_children(&observer, &path).await.is_empty(),
+        children(&observer, &path).await.is_empty(),
         "the leader resigned"
     );
     let stamps = |file: &std::path::Path| -> Vec<u128> {
@@ -532,7 +515,7 @@ async fn elect_campaigns_again_after_cmd_exits_until_signalled() {
     assert_eq!(ran.code, Some(128 + libc::SIGTERM), "{}", ran.stderr);
     let observer = connect(&zk.connect_string(), Duration::from_secs(4)).await;
     assert!(
-        synced_children(&observer, &path).await.is_empty(),
+        children(&observer, &path).await.is_empty(),
         "left the election"
     );
 }
@@ -546,7 +529,7 @@ async fn status_and_leader_report_known_queues_as_json() {
     let lease = a.lock(&lock_path).with_id("alpha").acquire().await.unwrap();
     let lock_b = b.lock(&lock_path).with_id("beta");
     let waiting = tokio::spawn(async move { lock_b.acquire().await.map(drop) });
-    until_queued(&a, &lock_path, 2).await;
+    until_children(&a, &lock_path, 2).await;
 
     let ran = run(
         zkfence(&zk.connect_string(), &["status", &lock_path, "--json"]),
@@ -601,7 +584,7 @@ async fn status_and_leader_report_known_queues_as_json() {
     let c1 = a.election(&election_path).campaign("c1").await.unwrap();
     let election_b = b.election(&election_path);
     let candidate = tokio::spawn(async move { election_b.campaign("c2").await.map(drop) });
-    until_queued(&a, &election_path, 2).await;
+    until_children(&a, &election_path, 2).await;
     let ran = run(
         zkfence(&zk.connect_string(), &["leader", &election_path, "--json"]),
         Duration::from_secs(20),

@@ -96,6 +96,17 @@ pub async fn children(session: &Session, dir: &str) -> Vec<String> {
 }
 
 /// Environment variable that tells a re-executed test binary which child role to play.
+/// Waits (up to 10 s) until `session` sees exactly `n` children under `dir`: the contenders
+/// of a queue.
+pub async fn until_children(session: &Session, dir: &str, n: usize) {
+    eventually(
+        Duration::from_secs(10),
+        &format!("{n} contenders under {dir}"),
+        || async { children(session, dir).await.len() == n },
+    )
+    .await;
+}
+
 pub const CHILD_ROLE: &str = "ZKFENCE_TEST_CHILD";
 
 /// Re-executes this test binary to run only `test_name`, with `role` and `envs` in its
