@@ -1,0 +1,172 @@
+//! Interop with the real Apache Curator (Debian's `libcurator-recipes-java`): a zkfence lock
+//! and Curator's `InterProcessMutex` on the same path exclude each other and queue FIFO,
+//! whichever of the two made the (container) directory.
+
+mod common;
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use common::*;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
+use tokio::process::{Child, ChildStdin, ChildStdout, Command};
+
+const CURATOR_JAR: &str = "/usr/share/java/curator-recipes.jar";
+
+/// A Curator client driven line by line over stdin (Java 17 runs a single source file).
+const DRIVER: &str = r#"
+import org.apache.curator.framework.CuratorFramework;
+import org.apache.curator.framework.CuratorFrameworkFactory;
+import org.apache.curator.framework.recipes.locks.InterProcessMutex;
+import org.apache.curator.retry.RetryOneTime;
+import java.io.BufferedReader;
+import java.io.InputStreamReader;
+import java.util.concurrent.TimeUnit;
+
+public class CuratorLock {
+    public static void main(String[] args) throws Exception {
+        CuratorFramework client =
+            CuratorFrameworkFactory.newClient(args[0], 4000, 4000, new RetryOneTime(100));
+        client.start();
+        client.blockUntilConnected();
+        InterProcessMutex mutex = new InterProcessMutex(client, args[1]);
+        BufferedReader in = new BufferedReader(new InputStreamReader(System.in));
+        System.out.println("ready");
+        String line;
+        while ((line = in.readLine()) != null) {
+            if (line.equals("acquire")) {
+                mutex.acquire();
+                System.out.println("acquired");
+            } else if (line.startsWith("try ")) {
+                boolean ok = mutex.acquire(Long.parseLong(line.substring(4)), TimeUnit.MILLISECONDS);
+                System.out.println(ok ? "acquired" : "timeout");
+            } else if (line.equals("release")) {
+                mutex.release();
+                System.out.println("released");
+            } else {
+                break;
+            }
+        }
+        client.close();
+    }
+}
+"#;
+
+struct Curator {
+    _child: Child,
+    stdin: ChildStdin,
+    lines: Lines<BufReader<ChildStdout>>,
+    _dir: std::path::PathBuf,
+}
+
+impl Curator {
+    /// `None` when Java or Curator is missing, outside CI (CI must never skip).
+    async fn start(connect: &str, path: &str) -> Option<Curator> {
+        let java = std::process::Command::new("java").arg("-version").output();
+        if java.is_err() || !std::path::Path::new(CURATOR_JAR).exists() {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "Curator interop needs java and {CURATOR_JAR} (apt-get install libcurator-recipes-java)"
+            );
+            eprintln!("skipping: java or {CURATOR_JAR} missing");
+            return None;
+        }
+        let dir = std::env::temp_dir().join(format!("zkfence-curator-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let source = dir.join("CuratorLock.java");
+        std::fs::write(&source, DRIVER).unwrap();
+        let mut child = Command::new("java")
+            .args(["-Xmx64m", "-cp", CURATOR_JAR])
+            .arg(&source)
+            .args([connect, path])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("start java");
+        let stdin = child.stdin.take().unwrap();
+        let lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let mut curator = Curator {
+            _child: child,
+            stdin,
+            lines,
+            _dir: dir,
+        };
+        assert_eq!(curator.next().await, "ready");
+        Some(curator)
+    }
+
+    async fn next(&mut self) -> String {
+        within(
+            Duration::from_secs(60),
+            "Curator answers",
+            self.lines.next_line(),
+        )
+        .await
+        .expect("read Curator's output")
+        .expect("Curator exited")
+    }
+
+    async fn send(&mut self, command: &str) {
+        self.stdin
+            .write_all(format!("{command}\n").as_bytes())
+            .await
+            .unwrap();
+        self.stdin.flush().await.unwrap();
+    }
+
+    async fn ask(&mut self, command: &str) -> String {
+        self.send(command).await;
+        self.next().await
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zkfence_and_curator_exclude_each_other_in_one_fifo_queue() {
+    let zk = shared_ensemble();
+    // Once with Curator making the directory first, once with zkfence.
+    for curator_first in [true, false] {
+        let dir = unique_path("curator");
+        let ours = connect(&zk.connect_string(), Duration::from_secs(4)).await;
+        let admin = connect(&zk.connect_string(), Duration::from_secs(4)).await;
+        let Some(mut curator) = Curator::start(&zk.connect_string(), &dir).await else {
+            return;
+        };
+        if curator_first {
+            assert_eq!(curator.ask("acquire").await, "acquired");
+            assert!(
+                ours.lock(&dir).try_acquire().await.unwrap().is_none(),
+                "zkfence sees Curator's holder"
+            );
+            // We queue behind Curator, and get the lock when it releases.
+            let lock = ours.lock(&dir);
+            let waiting = tokio::spawn(async move { lock.acquire().await });
+            until_children(&admin, &dir, 2).await;
+            assert!(!waiting.is_finished());
+            assert_eq!(curator.ask("release").await, "released");
+            let lease = within(Duration::from_secs(10), "granted after Curator", waiting)
+                .await
+                .unwrap()
+                .unwrap();
+            // Curator cannot get it while we hold.
+            assert_eq!(curator.ask("try 500").await, "timeout");
+            lease.release().await.unwrap();
+        } else {
+            let lease = ours.lock(&dir).acquire().await.unwrap();
+            assert_eq!(curator.ask("try 500").await, "timeout");
+            // Curator queues behind us and gets the lock when we release.
+            curator.send("try 20000").await;
+            until_children(&admin, &dir, 2).await;
+            lease.release().await.unwrap();
+            assert_eq!(curator.next().await, "acquired");
+            assert!(ours.lock(&dir).try_acquire().await.unwrap().is_none());
+            assert_eq!(curator.ask("release").await, "released");
+        }
+        // Both make containers: nothing is left once both are done.
+        eventually(Duration::from_secs(5), "the queue is empty", || async {
+            children(&admin, &dir).await.is_empty()
+        })
+        .await;
+    }
+}
