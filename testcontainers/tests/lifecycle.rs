@@ -123,4 +123,26 @@ async fn killed_node_restarts_with_its_data() {
     // A graceful restart works too.
     zk.restart(node).await.unwrap();
     assert!(zk.serving(node).await);
+
+    // A follower that came back wiped would also read v1: it resyncs from the leader. So kill
+    // every node at once and start them all again: with no peer left to resync from, the
+    // data can only come from each node's own disk.
+    for i in 0..3 {
+        zk.kill(i);
+    }
+    let (a, b, c) = tokio::join!(zk.start(0), zk.start(1), zk.start(2));
+    a.unwrap();
+    b.unwrap();
+    c.unwrap();
+    for i in 0..3 {
+        let direct = connect(&zk.node_connect_string(i), Duration::from_secs(4)).await;
+        let (data, _) = within(
+            Duration::from_secs(20),
+            "get after a full restart",
+            direct.get_data("/kept"),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("node {i} lost /kept across a restart of every node: {e}"));
+        assert_eq!(data, b"v1");
+    }
 }
