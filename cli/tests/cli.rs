@@ -4,30 +4,15 @@
 
 #[path = "../../tests/common/mod.rs"]
 mod common;
+mod process;
 
-use std::process::Stdio;
 use std::time::Duration;
 
 use common::{children, connect, shared_ensemble, unique_path, until_children};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
+use process::{next_line, read_pid, signal, zkfence};
+use tokio::io::AsyncReadExt;
 use tokio::process::{Child, Command};
 use tokio::time::Instant;
-
-const BIN: &str = env!("CARGO_BIN_EXE_zkfence");
-
-/// `zkfence --connect CONNECT ARGS...`, with piped output, killed if the test ends first.
-fn zkfence(connect: &str, args: &[&str]) -> Command {
-    let mut cmd = Command::new(BIN);
-    cmd.arg("--connect")
-        .arg(connect)
-        .args(args)
-        .env_remove("ZKFENCE_CONNECT")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
-    cmd
-}
 
 struct Ran {
     code: Option<i32>,
@@ -71,26 +56,6 @@ async fn finish(mut child: Child, limit: Duration) -> Ran {
     }
 }
 
-/// Reads the next line of the child's stdout (at most `limit`).
-async fn next_line(child: &mut Child, limit: Duration) -> String {
-    let stdout = child.stdout.take().expect("stdout piped");
-    let mut reader = BufReader::new(stdout);
-    let mut line = String::new();
-    tokio::time::timeout(limit, reader.read_line(&mut line))
-        .await
-        .unwrap_or_else(|_| panic!("no line from zkfence within {limit:?}"))
-        .expect("read a line");
-    // Give the pipe back, so later reads (and `finish`) see the rest.
-    child.stdout = Some(reader.into_inner());
-    line.trim_end().to_string()
-}
-
-fn signal(child: &Child, sig: i32) {
-    let pid = child.id().expect("still running") as i32;
-    // SAFETY: kill(2) on our own unreaped child.
-    assert_eq!(unsafe { libc::kill(pid, sig) }, 0);
-}
-
 fn alive(pid: i32) -> bool {
     // SAFETY: signal 0 only checks that the process exists.
     unsafe { libc::kill(pid, 0) == 0 }
@@ -101,14 +66,6 @@ fn pid_file(name: &str) -> std::path::PathBuf {
         "zkfence-cli-{name}-{}",
         uuid::Uuid::new_v4().simple()
     ))
-}
-
-fn read_pid(file: &std::path::Path) -> i32 {
-    std::fs::read_to_string(file)
-        .expect("CMD wrote its pid")
-        .trim()
-        .parse()
-        .expect("a pid")
 }
 
 #[tokio::test]

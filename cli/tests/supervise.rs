@@ -7,33 +7,16 @@
 
 #[path = "../../tests/common/mod.rs"]
 mod common;
+mod process;
 
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::Duration;
 
 use common::{children, connect, eventually, shared_ensemble, unique_path};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
-use tokio::process::{Child, Command};
+use process::{next_line, read_pid, signal, zkfence};
+use tokio::io::AsyncReadExt;
+use tokio::process::Child;
 use tokio::time::Instant;
-
-fn bin() -> String {
-    std::env::var("ZKFENCE_TEST_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_zkfence").into())
-}
-
-/// `zkfence --connect CONNECT ARGS...`, with piped output, killed if the test ends first.
-fn zkfence(connect: &str, args: &[&str]) -> Command {
-    let mut cmd = Command::new(bin());
-    cmd.arg("--connect")
-        .arg(connect)
-        .args(args)
-        .env_remove("ZKFENCE_CONNECT")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
-    cmd
-}
 
 struct Ran {
     code: Option<i32>,
@@ -57,25 +40,6 @@ async fn finish(mut child: Child, limit: Duration) -> Ran {
     }
 }
 
-/// Reads the next line of the child's stdout (at most `limit`).
-async fn next_line(child: &mut Child, limit: Duration) -> String {
-    let stdout = child.stdout.take().expect("stdout piped");
-    let mut reader = BufReader::new(stdout);
-    let mut line = String::new();
-    tokio::time::timeout(limit, reader.read_line(&mut line))
-        .await
-        .unwrap_or_else(|_| panic!("no line from zkfence within {limit:?}"))
-        .expect("read a line");
-    child.stdout = Some(reader.into_inner());
-    line.trim_end().to_string()
-}
-
-fn signal(child: &Child, sig: i32) {
-    let pid = child.id().expect("still running") as i32;
-    // SAFETY: kill(2) on our own unreaped child.
-    assert_eq!(unsafe { libc::kill(pid, sig) }, 0);
-}
-
 /// True while `pid` exists and is not a zombie (a zombie has stopped running).
 fn running(pid: i32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
@@ -95,14 +59,6 @@ fn scratch(name: &str) -> PathBuf {
     ));
     std::fs::create_dir_all(&dir).unwrap();
     dir
-}
-
-fn read_pid(file: &Path) -> i32 {
-    std::fs::read_to_string(file)
-        .unwrap_or_else(|e| panic!("CMD wrote {}: {e}", file.display()))
-        .trim()
-        .parse()
-        .expect("a pid")
 }
 
 /// Nanosecond wall-clock timestamps, one per line, as `date +%s%N` wrote them.

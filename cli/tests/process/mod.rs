@@ -1,0 +1,61 @@
+//! Running the `zkfence` binary from the CLI's tests: one copy of the helpers every test file
+//! of this crate uses.
+
+#![allow(dead_code)]
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+/// The binary under test: this crate's, or another build named by `ZKFENCE_TEST_BIN` (e.g.
+/// one from before a fix, to see the tests fail).
+pub fn bin() -> String {
+    std::env::var("ZKFENCE_TEST_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_zkfence").into())
+}
+
+/// `zkfence --connect CONNECT ARGS...`, with piped output, killed if the test ends first.
+pub fn zkfence(connect: &str, args: &[&str]) -> Command {
+    let mut cmd = Command::new(bin());
+    cmd.arg("--connect")
+        .arg(connect)
+        .args(args)
+        .env_remove("ZKFENCE_CONNECT")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    cmd
+}
+
+/// Reads the next line of the child's stdout (at most `limit`).
+pub async fn next_line(child: &mut Child, limit: Duration) -> String {
+    let stdout = child.stdout.take().expect("stdout piped");
+    let mut reader = BufReader::new(stdout);
+    let mut line = String::new();
+    tokio::time::timeout(limit, reader.read_line(&mut line))
+        .await
+        .unwrap_or_else(|_| panic!("no line from zkfence within {limit:?}"))
+        .expect("read a line");
+    // Give the pipe back, so later reads (and `finish`) see the rest.
+    child.stdout = Some(reader.into_inner());
+    line.trim_end().to_string()
+}
+
+/// Sends `sig` to our own child.
+pub fn signal(child: &Child, sig: i32) {
+    let pid = child.id().expect("still running") as i32;
+    // SAFETY: kill(2) on our own unreaped child.
+    assert_eq!(unsafe { libc::kill(pid, sig) }, 0);
+}
+
+/// The pid CMD wrote to `file`.
+pub fn read_pid(file: &Path) -> i32 {
+    std::fs::read_to_string(file)
+        .unwrap_or_else(|e| panic!("CMD wrote {}: {e}", file.display()))
+        .trim()
+        .parse()
+        .expect("a pid")
+}
