@@ -25,7 +25,9 @@
 //!    under one parent, 64 at a time, 5,000 with `--quick`) against 64 hot locks, and the
 //!    znodes left under the parent once the container check has run; and the requests of a
 //!    lock whose directory was removed while it was idle;
-//! 8. Python Kazoo's `Lock` on 1 and 2, where Debian's `python3-kazoo` is installed
+//! 8. **multi**: uncontended acquire+release of a 3-path multi-lock against 3 plain locks
+//!    taken one after another on the same paths, in requests (at the server) and latency;
+//! 9. Python Kazoo's `Lock` on 1 and 2, where Debian's `python3-kazoo` is installed
 //!    (driven by `benches/kazoo_driver.py`).
 //!
 //! Noise on these machines is large: fsync latency moves whole rounds, and one round of two
@@ -142,13 +144,14 @@ impl Plan {
     }
 }
 
-const SCENARIOS: [&str; 7] = [
+const SCENARIOS: [&str; 8] = [
     "uncontended",
     "handoff",
     "keepalive",
     "parallel",
     "herd",
     "scale",
+    "multi",
     "directories",
 ];
 
@@ -224,7 +227,8 @@ async fn run(plan: Plan, only: Vec<String>) -> Result<Report> {
     let mut report = Report::default();
     let mut machine = None;
     let mut servers = Vec::new();
-    if SCENARIOS[..6].iter().any(|s| runs(s)) {
+    // Every scenario but the directories one runs on this ensemble.
+    if SCENARIOS.iter().any(|s| *s != "directories" && runs(s)) {
         progress(format!(
             "starting a 3-node ZooKeeper ensemble ({} run)",
             if plan.quick { "quick" } else { "full" }
@@ -299,7 +303,7 @@ async fn bench_on(zk: Ensemble, plan: &Plan) -> Result<Bench> {
     Ok(Bench::new(zk, node, plan.clone()))
 }
 
-/// Scenarios 1–6, on the main ensemble (ZooKeeper's default container check, 60 s).
+/// Scenarios 1–6 and 8, on the main ensemble (ZooKeeper's default container check, 60 s).
 async fn main_scenarios(
     bench: &Bench,
     runs: &impl Fn(&str) -> bool,
@@ -336,6 +340,9 @@ async fn main_scenarios(
     }
     if runs("scale") {
         scenario::scale::run(bench, report).await?;
+    }
+    if runs("multi") {
+        scenario::multi::run(bench, report).await?;
     }
     Ok(())
 }

@@ -156,7 +156,7 @@ async fn seats(bench: &Bench, report: &mut Report) -> Result<()> {
     let plan = &bench.plan;
     let (n, tasks, rounds) = (plan.seat_locks, plan.parallel_tasks, plan.rounds.max(1));
     progress(format!(
-        "7/7 seat-hold: {n} distinct locks under one parent, {tasks} at a time, in {rounds} \
+        "7/8 seat-hold: {n} distinct locks under one parent, {tasks} at a time, in {rounds} \
          rounds interleaved with {tasks} hot locks (container check every {} ms)",
         CONTAINER_CHECK.as_millis()
     ));
@@ -292,7 +292,7 @@ async fn idle(bench: &Bench, report: &mut Report) -> Result<()> {
     let plan = &bench.plan;
     let cycles = plan.idle_cycles;
     progress(format!(
-        "7/7 idle directory: {cycles} acquire+release cycles, each after the container check \
+        "7/8 idle directory: {cycles} acquire+release cycles, each after the container check \
          removed the lock's directory, each followed by {HOT_AFTER_IDLE} hot cycles"
     ));
     let session = bench.session().await?;

@@ -214,7 +214,7 @@ enum Handoff {
 pub async fn run(bench: &Bench, mut kazoo: Option<&mut Kazoo>, report: &mut Report) -> Result<()> {
     let plan = &bench.plan;
     progress(format!(
-        "2/7 handoff: {} rounds of {} sessions passing one lock around {} times per arm",
+        "2/8 handoff: {} rounds of {} sessions passing one lock around {} times per arm",
         plan.rounds, plan.contenders, plan.handoffs
     ));
     let sessions = bench.sessions(plan.contenders).await?;

@@ -17,7 +17,7 @@ const PROTOCOL_REQUESTS: f64 = 2.0;
 pub async fn run(bench: &Bench, report: &mut Report) -> Result<()> {
     let n = bench.plan.herd_waiters;
     progress(format!(
-        "4/7 herd: {n} waiters on one lock over {} sessions",
+        "4/8 herd: {n} waiters on one lock over {} sessions",
         bench.plan.waiter_sessions
     ));
     let run = queue_run(bench, "herd", n).await?;

@@ -53,10 +53,10 @@ impl Idle {
     pub async fn finish(self, bench: &Bench, report: &mut Report) -> Result<()> {
         let window = bench.plan.keepalive_window;
         if self.start.elapsed() < window {
-            progress("6/7 keepalive: waiting for the idle window to end");
+            progress("6/8 keepalive: waiting for the idle window to end");
             tokio::time::sleep(window - self.start.elapsed()).await;
         } else {
-            progress("6/7 keepalive: counted while 1 and 2 ran");
+            progress("6/8 keepalive: counted while 1 and 2 ran");
         }
         let after = bench.counted_each(&[self.one.id(), self.many.id()]).await?;
         let seconds = self.start.elapsed().as_secs_f64();

@@ -1,10 +1,12 @@
-//! The scenarios, one file each, in the order they run: each drives zkfence and the arms it is
-//! compared with, and adds its rows (with their goals) and its JSON to the report.
+//! The scenarios, one file each, in the order they run (8, multi, runs on the main ensemble,
+//! before 7 starts its own): each drives zkfence and the arms it is compared with, and adds
+//! its rows (with their goals) and its JSON to the report.
 
 pub mod directories;
 pub mod handoff;
 pub mod herd;
 pub mod keepalive;
+pub mod multi;
 pub mod parallel;
 mod queue;
 pub mod scale;

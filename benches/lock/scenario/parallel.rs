@@ -91,7 +91,7 @@ enum Parallel {
 pub async fn run(bench: &Bench, report: &mut Report) -> Result<()> {
     let plan = &bench.plan;
     progress(format!(
-        "3/7 parallel: {} rounds of {} tasks on one session, {} cycles each, per arm",
+        "3/8 parallel: {} rounds of {} tasks on one session, {} cycles each, per arm",
         plan.rounds, plan.parallel_tasks, plan.parallel_cycles
     ));
     let session = bench.session().await?;

@@ -11,7 +11,7 @@ use crate::{progress, Result};
 pub async fn run(bench: &Bench, report: &mut Report) -> Result<()> {
     let n = bench.plan.scale_waiters;
     progress(format!(
-        "5/7 scale: {n} waiters in this process over {} sessions",
+        "5/8 scale: {n} waiters in this process over {} sessions",
         bench.plan.waiter_sessions
     ));
     let run = queue_run(bench, "scale", n).await?;

@@ -24,7 +24,7 @@ enum Uncontended {
 pub async fn run(bench: &Bench, mut kazoo: Option<&mut Kazoo>, report: &mut Report) -> Result<()> {
     let plan = &bench.plan;
     progress(format!(
-        "1/7 uncontended: {} rounds of {} acquire+release cycles per arm",
+        "1/8 uncontended: {} rounds of {} acquire+release cycles per arm",
         plan.rounds, plan.uncontended_cycles
     ));
     let session = bench.session().await?;
