@@ -590,6 +590,9 @@ impl Queue {
                 } => (watched, holds_when_gone),
             };
             let predecessor = format!("{}/{}", self.dir, queue[watched].1);
+            // The listing can be large (every contender's name): do not keep it across the
+            // wait, or a deep queue holds one copy per waiter.
+            drop(queue);
             tracing::info!(position = index, ahead = index, holder = ?progress.holder, "queued");
             if !holds_when_gone {
                 // Deeper in the queue: the deletion of what we watch only sends us back to
