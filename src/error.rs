@@ -70,14 +70,56 @@ pub enum Error {
         chroot: String,
     },
 
-    /// Authentication was rejected by the ensemble.
-    #[error("ZooKeeper rejected the session's credentials; check the scheme and secret given to SessionOptions::auth")]
+    /// Authentication was rejected by the ensemble: with SASL, a wrong user or password;
+    /// otherwise an `auth` scheme the servers do not accept.
+    #[error(
+        "ZooKeeper rejected the session's credentials: with SASL (SessionOptions::sasl_digest, \
+         CLI --sasl-user), a wrong user or password, or a user the servers' JAAS config lacks; \
+         with SessionOptions::auth, a scheme the servers do not accept"
+    )]
     AuthFailed,
 
-    /// An ACL denies this session an operation.
+    /// A TLS file named in the [`SessionOptions`](crate::SessionOptions) is missing,
+    /// unreadable or holds no usable PEM (no CA certificate, no client certificate, no key, or
+    /// a key that does not fit the certificate). Nothing was sent.
+    #[error("cannot use the TLS file {path:?}: {reason}; nothing was sent to the ensemble")]
+    TlsConfig {
+        /// The file.
+        path: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+
+    /// The TLS handshake with a server failed for a reason that retrying will not fix: an
+    /// untrusted or misnamed server certificate, a client certificate the server rejects (or
+    /// lacks), or a port that does not speak TLS. The reason says which.
+    #[error("TLS with the ZooKeeper server {server} failed: {reason}")]
+    TlsHandshake {
+        /// The server, as in the connect string.
+        server: String,
+        /// What went wrong, and what to do.
+        reason: String,
+    },
+
+    /// A plaintext session reached a port that speaks TLS (a `secureClientPort`).
     #[error(
-        "access denied: the ACL of {path:?} does not allow this session to {operation}; \
-         authenticate with SessionOptions::auth or grant the permission on the node"
+        "the ZooKeeper server {server} speaks TLS on this port, so a plaintext client cannot \
+         use it; connect with TLS (SessionOptions::tls_ca_file, CLI --tls-ca) or to its \
+         plaintext clientPort"
+    )]
+    TlsRequired {
+        /// The server, as in the connect string.
+        server: String,
+    },
+
+    /// An ACL denies this session an operation: the node belongs to another identity (it was
+    /// created with creator-only ACLs by another user or certificate), or its ACL does not
+    /// grant this session's identity the permission.
+    #[error(
+        "access denied: the ACL of {path:?} does not allow this session's identity to {operation} \
+         (the node belongs to another identity, or its ACL does not grant ours); connect as an \
+         identity the ACL grants (SessionOptions::auth, sasl_digest or a TLS client certificate), \
+         or have the node's owner widen its ACL"
     )]
     NoAuth {
         /// The node whose ACL denied the operation.

@@ -4,6 +4,7 @@
 
 mod clock;
 mod ops;
+mod security;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -37,6 +38,7 @@ pub struct SessionOptions {
     lease_margin: Option<Duration>,
     keepalive_interval: Option<Duration>,
     persistent_directories: bool,
+    security: security::Security,
 }
 
 impl Default for SessionOptions {
@@ -57,6 +59,7 @@ impl SessionOptions {
             lease_margin: None,
             keepalive_interval: None,
             persistent_directories: false,
+            security: security::Security::default(),
         }
     }
 
@@ -351,22 +354,27 @@ impl Session {
         for (scheme, secret) in &options.auth {
             connector = connector.with_auth(scheme, secret);
         }
+        let secured = security::configure(connector, &options)?;
         let unreachable = |reason: String| Error::ConnectFailed {
             connect: connect.to_string(),
             timeout: connect_timeout,
             reason,
         };
         let connect_sent = Instant::now();
-        let client = match tokio::time::timeout(connect_timeout, connector.connect(hosts)).await {
+        let attempt = secured.connect(hosts, connect_timeout);
+        let client = match tokio::time::timeout(connect_timeout, attempt).await {
             Err(_) => return Err(unreachable("connect timed out".into())),
-            Ok(Err(zk::Error::AuthFailed)) => return Err(Error::AuthFailed),
-            Ok(Err(zk::Error::BadArguments(reason))) => {
-                return Err(Error::InvalidConnectString {
-                    connect: connect.to_string(),
-                    reason: reason.to_string(),
-                })
-            }
-            Ok(Err(e)) => return Err(unreachable(e.to_string())),
+            Ok(Err(security::Failed::Found(e))) => return Err(e),
+            Ok(Err(security::Failed::Client(e))) => match e {
+                zk::Error::AuthFailed => return Err(Error::AuthFailed),
+                zk::Error::BadArguments(reason) => {
+                    return Err(Error::InvalidConnectString {
+                        connect: connect.to_string(),
+                        reason: reason.to_string(),
+                    })
+                }
+                e => return Err(unreachable(e.to_string())),
+            },
             Ok(Ok(client)) => client,
         };
         let client = match chroot {
@@ -405,7 +413,7 @@ impl Session {
             .unwrap_or(session_timeout / 6)
             .clamp(session_timeout / 20, session_timeout / 3);
         let acls = options.acls.clone().unwrap_or_else(|| {
-            if options.auth.is_empty() {
+            if options.auth.is_empty() && !options.security.authenticates() {
                 zk::Acls::anyone_all().to_vec()
             } else {
                 zk::Acls::creator_all().to_vec()
