@@ -114,7 +114,9 @@ mod locate;
 mod postgres;
 mod proxy;
 
-pub use ensemble::{ConnectionInfo, Ensemble, EnsembleBuilder};
+pub use ensemble::{
+    ClientAuth, ClientIdentity, ConnectionInfo, Ensemble, EnsembleBuilder, TlsMaterial,
+};
 pub use error::HarnessError;
 pub use postgres::{Postgres, PostgresBuilder};
 pub use proxy::FaultProxy;

@@ -28,6 +28,8 @@ pub(super) struct ServerSettings {
     pub(super) max_session: u64,
     /// Java system properties (`-Dkey=value`) for every server JVM.
     pub(super) jvm_props: Vec<(String, String)>,
+    /// Whether every node also serves TLS on a `secureClientPort`.
+    pub(super) secure: bool,
 }
 
 impl Ensemble {
@@ -43,6 +45,11 @@ impl Ensemble {
         // The listeners hold the ports until the servers are about to be spawned.
         let mut taken = HashSet::new();
         let clients = reserve_ports(Ipv4Addr::LOCALHOST, n, &mut taken)?;
+        let secure_clients = if settings.secure {
+            reserve_ports(Ipv4Addr::LOCALHOST, n, &mut taken)?
+        } else {
+            Vec::new()
+        };
         let peer_ip = if n > 1 {
             random_loopback_ip()
         } else {
@@ -91,16 +98,27 @@ impl Ensemble {
                 );
             }
             let config = dir.join("zoo.cfg");
-            fs::write(&config, zoo_cfg(settings, &data, *client_port, &servers))?;
+            let secure_port = secure_clients.get(idx).map(|(p, _)| *p);
+            let mut text = zoo_cfg(settings, &data, *client_port, &servers);
+            if let Some(port) = secure_port {
+                let _ = writeln!(
+                    text,
+                    "secureClientPort={port}\nsecureClientPortAddress=127.0.0.1"
+                );
+            }
+            fs::write(&config, text)?;
             nodes.push(Node {
                 log: dir.join("zookeeper.log"),
                 config,
                 dir,
                 client: SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, *client_port)),
+                secure_client: secure_port
+                    .map(|p| SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, p))),
                 process: Mutex::new(None),
             });
         }
         drop(clients);
+        drop(secure_clients);
         drop(peers);
         Ok((nodes, links))
     }

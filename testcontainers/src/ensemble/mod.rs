@@ -10,6 +10,7 @@ mod four_letter;
 mod peers;
 pub(crate) mod ports;
 mod process;
+mod security;
 
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
@@ -27,6 +28,7 @@ use config::{write_logging_configs, ServerSettings};
 pub use four_letter::ConnectionInfo;
 use four_letter::{four_letter_at, mode_of, FOUR_LETTER_TIMEOUT};
 use peers::PeerLinks;
+pub use security::{ClientAuth, ClientIdentity, TlsMaterial};
 
 /// How often readiness is polled.
 const POLL_INTERVAL: Duration = Duration::from_millis(50);
@@ -63,6 +65,7 @@ pub struct Ensemble {
     settings: ServerSettings,
     peers: Option<PeerLinks>,
     watchdog: Mutex<Option<Watchdog>>,
+    tls: Option<TlsMaterial>,
 }
 
 /// One server of the ensemble.
@@ -72,6 +75,8 @@ struct Node {
     config: PathBuf,
     log: PathBuf,
     client: SocketAddr,
+    /// The `secureClientPort`, on a TLS ensemble.
+    secure_client: Option<SocketAddr>,
     process: Mutex<Option<Child>>,
 }
 
@@ -86,6 +91,8 @@ pub struct EnsembleBuilder {
     peer_links: bool,
     system_properties: Vec<(String, String)>,
     start_timeout: Duration,
+    tls: Option<ClientAuth>,
+    sasl_users: Vec<(String, String)>,
 }
 
 impl Default for EnsembleBuilder {
@@ -99,6 +106,8 @@ impl Default for EnsembleBuilder {
             peer_links: false,
             system_properties: Vec::new(),
             start_timeout: Duration::from_secs(60),
+            tls: None,
+            sasl_users: Vec::new(),
         }
     }
 }
@@ -225,6 +234,52 @@ impl EnsembleBuilder {
         self
     }
 
+    /// Serves TLS on a `secureClientPort` of every node besides the plaintext `clientPort`
+    /// (which the harness keeps for its four-letter words; a test of TLS connects to
+    /// [`Ensemble::secure_connect_string`]). The servers use the Netty connection factory
+    /// and PEM key and trust stores made fresh in the ensemble's directory
+    /// ([`Ensemble::tls`] gives the CA for clients, and makes client certificates); `auth`
+    /// says whether clients must present a certificate. With [`ClientAuth::Need`] a
+    /// client's certificate subject is its identity (`x509:CN=...`, for ACLs).
+    ///
+    /// Needs the `openssl` command.
+    ///
+    /// ```no_run
+    /// # async fn example() -> Result<(), zkfence_testcontainers::HarnessError> {
+    /// use zkfence_testcontainers::{ClientAuth, Ensemble};
+    /// let zk = Ensemble::builder().nodes(1).tls(ClientAuth::Need).start().await?;
+    /// let tls = zk.tls().expect("a TLS ensemble");
+    /// let alice = tls.client_identity("alice")?;
+    /// println!("connect to {} trusting {}", zk.secure_connect_string(), tls.ca_cert().display());
+    /// # Ok(()) }
+    /// ```
+    pub fn tls(mut self, auth: ClientAuth) -> Self {
+        self.tls = Some(auth);
+        self
+    }
+
+    /// Accepts SASL DIGEST-MD5 authentication for these users (name, password): a JAAS
+    /// `Server` section with `user_<name>="<password>"` entries, and
+    /// `authProvider.sasl`. A client authenticated so has the identity `sasl:<name>`.
+    /// Works on the plaintext and the TLS port.
+    ///
+    /// ```no_run
+    /// # async fn example() -> Result<(), zkfence_testcontainers::HarnessError> {
+    /// let zk = zkfence_testcontainers::Ensemble::builder()
+    ///     .nodes(1)
+    ///     .sasl_digest_users(&[("alice", "alice-pw"), ("bob", "bob-pw")])
+    ///     .start()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn sasl_digest_users(mut self, users: &[(&str, &str)]) -> Self {
+        self.sasl_users = users
+            .iter()
+            .map(|(u, p)| (u.to_string(), p.to_string()))
+            .collect();
+        self
+    }
+
     /// How long [`start`](Self::start) waits for the quorum to serve, default 60 s.
     pub fn start_timeout(mut self, t: Duration) -> Self {
         self.start_timeout = t;
@@ -267,20 +322,34 @@ impl EnsembleBuilder {
                  ({min_session} ms)"
             )));
         }
-        let settings = ServerSettings {
+        let mut settings = ServerSettings {
             tick,
             init_limit: 10,
             sync_limit: self.sync_limit,
             min_session,
             max_session,
             jvm_props: self.system_properties.clone(),
+            secure: self.tls.is_some(),
         };
-        let dist = ServerDist::locate()?;
+        let mut dist = ServerDist::locate()?;
         let dir = tempfile::Builder::new()
             .prefix("zkt-")
             .tempdir_in(std::env::temp_dir())?;
         let dir_path = dir.path().to_path_buf();
         write_logging_configs(&dir_path)?;
+        let tls = match self.tls {
+            None => None,
+            Some(auth) => {
+                let material = TlsMaterial::generate(&dir_path.join("tls"))?;
+                settings.jvm_props.extend(material.server_properties(auth));
+                dist.classpath.extend(security::netty_extras());
+                Some(material)
+            }
+        };
+        if !self.sasl_users.is_empty() {
+            let props = security::sasl_server(&dir_path, &self.sasl_users)?;
+            settings.jvm_props.extend(props);
+        }
         let watchdog = Watchdog::for_dir(&dir_path)?;
         let mut ensemble = Ensemble {
             dist,
@@ -290,6 +359,7 @@ impl EnsembleBuilder {
             settings,
             peers: None,
             watchdog: Mutex::new(Some(watchdog)),
+            tls,
         };
         let started = Instant::now();
         let deadline = started + self.start_timeout;
@@ -364,6 +434,33 @@ impl Ensemble {
     /// The client address of node `i`.
     pub fn client_addr(&self, i: usize) -> SocketAddr {
         self.nodes[i].client
+    }
+
+    /// The TLS material of a [TLS ensemble](EnsembleBuilder::tls): its CA, and client
+    /// certificates on demand. `None` for a plaintext one.
+    pub fn tls(&self) -> Option<&TlsMaterial> {
+        self.tls.as_ref()
+    }
+
+    /// The `secureClientPort` addresses of all nodes, by index (empty for a plaintext
+    /// ensemble).
+    pub fn secure_client_addrs(&self) -> Vec<SocketAddr> {
+        self.nodes.iter().filter_map(|n| n.secure_client).collect()
+    }
+
+    /// The TLS addresses of all nodes as a connect string (empty for a plaintext ensemble).
+    pub fn secure_connect_string(&self) -> String {
+        self.secure_client_addrs()
+            .iter()
+            .map(|a| a.to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// A new [`FaultProxy`] in front of the TLS ports of all nodes. It relays bytes, so TLS
+    /// goes through it end to end.
+    pub async fn secure_proxy(&self) -> Result<FaultProxy, HarnessError> {
+        Ok(FaultProxy::start(self.secure_client_addrs()).await?)
     }
 
     /// The client addresses of all nodes, by index.
