@@ -257,7 +257,17 @@ impl Error {
             Zk::ClientClosed => Error::SessionClosed,
             Zk::AuthFailed => Error::AuthFailed,
             Zk::NoAuth => Error::NoAuth {
-                path: path.to_string(),
+                // ZooKeeper checks a create or a delete against the parent's ACL: name the
+                // node whose ACL denied it, not the one we meant to make or remove.
+                path: if operation.starts_with("create") || operation == "delete" {
+                    match path.rfind('/') {
+                        Some(0) => "/".to_string(),
+                        Some(i) => path[..i].to_string(),
+                        None => path.to_string(),
+                    }
+                } else {
+                    path.to_string()
+                },
                 operation,
             },
             source => Error::ZooKeeper {
