@@ -18,6 +18,7 @@ mod signals;
 mod status;
 mod supervisor;
 
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -57,6 +58,82 @@ struct Cli {
     /// Log filter for stderr, in `RUST_LOG` syntax (e.g. "zkfence=debug"); overrides -v.
     #[arg(long, global = true, env = "ZKFENCE_LOG", value_name = "FILTER")]
     log_level: Option<String>,
+
+    /// Connect over TLS, trusting the CA certificates (PEM) in FILE to sign the servers'
+    /// certificates; --connect then names the servers' secureClientPorts. The servers'
+    /// certificates must name the host they are reached by.
+    #[arg(
+        long,
+        global = true,
+        env = "ZKFENCE_TLS_CA",
+        value_name = "FILE",
+        help_heading = "Security"
+    )]
+    tls_ca: Option<PathBuf>,
+
+    /// Present this client certificate (PEM) for mutual TLS; with the servers' x509 auth
+    /// provider its subject is our identity, and our nodes are ours alone. Needs --tls-key
+    /// and --tls-ca.
+    #[arg(
+        long,
+        global = true,
+        env = "ZKFENCE_TLS_CERT",
+        value_name = "FILE",
+        requires = "tls_key",
+        help_heading = "Security"
+    )]
+    tls_cert: Option<PathBuf>,
+
+    /// The private key (PEM) of --tls-cert.
+    #[arg(
+        long,
+        global = true,
+        env = "ZKFENCE_TLS_KEY",
+        value_name = "FILE",
+        requires = "tls_cert",
+        help_heading = "Security"
+    )]
+    tls_key: Option<PathBuf>,
+
+    /// Authenticate with SASL DIGEST-MD5 as USER; the password comes from the environment
+    /// variable ZKFENCE_SASL_PASSWORD or from --sasl-password-file, never from the command
+    /// line (which `ps` shows). Our nodes are then ours alone.
+    ///
+    /// Example: ZKFENCE_SASL_PASSWORD="$(cat /run/secrets/zk)" zkfence --sasl-user payments exec /locks/pay -- ./pay.sh
+    #[arg(
+        long,
+        global = true,
+        env = "ZKFENCE_SASL_USER",
+        value_name = "USER",
+        help_heading = "Security"
+    )]
+    sasl_user: Option<String>,
+
+    /// Read the SASL password from the first line of FILE (instead of ZKFENCE_SASL_PASSWORD).
+    #[arg(
+        long,
+        global = true,
+        value_name = "FILE",
+        requires = "sasl_user",
+        help_heading = "Security"
+    )]
+    sasl_password_file: Option<PathBuf>,
+
+    /// Authenticate with ZooKeeper's `digest` scheme as USER: `--auth digest:USER`. The
+    /// password comes from ZKFENCE_AUTH_PASSWORD or --auth-password-file, never from the
+    /// command line. Our nodes are then ours alone.
+    #[arg(long, global = true, value_name = "digest:USER", value_parser = parse_auth, help_heading = "Security")]
+    auth: Option<String>,
+
+    /// Read the --auth password from the first line of FILE (instead of ZKFENCE_AUTH_PASSWORD).
+    #[arg(
+        long,
+        global = true,
+        value_name = "FILE",
+        requires = "auth",
+        help_heading = "Security"
+    )]
+    auth_password_file: Option<PathBuf>,
 
     #[command(subcommand)]
     command: Command,
@@ -228,11 +305,126 @@ fn parse_format(s: &str) -> Result<NodeFormat, String> {
     s.parse()
 }
 
+/// `digest:USER` to USER. A password in the value is refused: the command line is public.
+fn parse_auth(s: &str) -> Result<String, String> {
+    let Some(user) = s.strip_prefix("digest:") else {
+        return Err("expected digest:USER (the only scheme supported here)".into());
+    };
+    if user.contains(':') {
+        return Err(
+            "do not put the password on the command line (`ps` shows it): pass \
+                    digest:USER and the password in ZKFENCE_AUTH_PASSWORD or --auth-password-file"
+                .into(),
+        );
+    }
+    if user.is_empty() {
+        return Err("expected digest:USER with a user name".into());
+    }
+    Ok(user.to_string())
+}
+
+/// A secret from the first line of `file` if given, else from the environment variable `var`.
+fn read_secret(file: Option<&Path>, var: &str, what: &str) -> Result<String, Failure> {
+    match file {
+        Some(path) => std::fs::read_to_string(path)
+            .map(|text| text.lines().next().unwrap_or_default().to_string())
+            .map_err(|e| {
+                Failure::new(
+                    exit::USAGE,
+                    format!("cannot read the {what} from {}: {e}", path.display()),
+                )
+            }),
+        None => std::env::var(var).map_err(|_| {
+            Failure::new(
+                exit::USAGE,
+                format!("the {what} is missing: set {var}, or pass its file"),
+            )
+        }),
+    }
+}
+
+/// How the CLI authenticates and encrypts: the flags, with the secrets already read.
+#[derive(Clone, Default)]
+pub(crate) struct Security {
+    tls_ca: Option<PathBuf>,
+    tls_identity: Option<(PathBuf, PathBuf)>,
+    sasl: Option<(String, String)>,
+    digest: Option<(String, String)>,
+}
+
+impl std::fmt::Debug for Security {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the passwords.
+        f.debug_struct("Security")
+            .field("tls_ca", &self.tls_ca)
+            .field("tls_identity", &self.tls_identity)
+            .field("sasl_user", &self.sasl.as_ref().map(|(u, _)| u))
+            .field("digest_user", &self.digest.as_ref().map(|(u, _)| u))
+            .finish()
+    }
+}
+
+impl Security {
+    fn from_cli(cli: &Cli) -> Result<Security, Failure> {
+        if cli.tls_cert.is_some() && cli.tls_ca.is_none() {
+            return Err(Failure::new(
+                exit::USAGE,
+                "--tls-cert needs --tls-ca: the CA that signed the servers' certificates",
+            ));
+        }
+        let sasl = match &cli.sasl_user {
+            None => None,
+            Some(user) => Some((
+                user.clone(),
+                read_secret(
+                    cli.sasl_password_file.as_deref(),
+                    "ZKFENCE_SASL_PASSWORD",
+                    "SASL password",
+                )?,
+            )),
+        };
+        let digest = match &cli.auth {
+            None => None,
+            Some(user) => Some((
+                user.clone(),
+                read_secret(
+                    cli.auth_password_file.as_deref(),
+                    "ZKFENCE_AUTH_PASSWORD",
+                    "--auth password",
+                )?,
+            )),
+        };
+        Ok(Security {
+            tls_ca: cli.tls_ca.clone(),
+            tls_identity: cli.tls_cert.clone().zip(cli.tls_key.clone()),
+            sasl,
+            digest,
+        })
+    }
+
+    fn apply(&self, mut options: SessionOptions) -> SessionOptions {
+        if let Some(ca) = &self.tls_ca {
+            options = options.tls_ca_file(ca);
+        }
+        if let Some((cert, key)) = &self.tls_identity {
+            options = options.tls_identity(cert, key);
+        }
+        if let Some((user, password)) = &self.sasl {
+            options = options.sasl_digest(user, password);
+        }
+        if let Some((user, password)) = &self.digest {
+            options = options.auth("digest", format!("{user}:{password}").as_bytes());
+        }
+        options
+    }
+}
+
 /// What every command that talks to ZooKeeper needs.
 #[derive(Debug, Clone)]
 pub(crate) struct Global {
     pub(crate) connect: String,
     pub(crate) session_timeout: Duration,
+    pub(crate) security: Security,
 }
 
 impl Global {
@@ -240,7 +432,8 @@ impl Global {
     pub(crate) async fn connect(&self) -> Result<Session, Failure> {
         Session::connect(
             &self.connect,
-            SessionOptions::new().session_timeout(self.session_timeout),
+            self.security
+                .apply(SessionOptions::new().session_timeout(self.session_timeout)),
         )
         .await
         .map_err(Failure::from)
@@ -304,9 +497,17 @@ fn main() -> ExitCode {
     }
     let cli = Cli::parse();
     init_logging(cli.verbose, cli.log_level.as_deref());
+    let security = match Security::from_cli(&cli) {
+        Ok(security) => security,
+        Err(failure) => {
+            eprintln!("zkfence: {}", failure.message);
+            return ExitCode::from(failure.code);
+        }
+    };
     let global = Global {
         connect: cli.connect,
         session_timeout: cli.session_timeout,
+        security,
     };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
