@@ -133,7 +133,7 @@ async fn exclusion_and_tokens(via: Via, a: &str) {
     let inside = Arc::new(AtomicUsize::new(0));
     let tokens = Arc::new(std::sync::Mutex::new(Vec::new()));
     let mut tasks = Vec::new();
-    for s in sessions.iter().cloned() {
+    for s in sessions.clone() {
         let (dir, inside, tokens) = (dir.clone(), inside.clone(), tokens.clone());
         tasks.push(tokio::spawn(async move {
             for _ in 0..5 {
