@@ -28,7 +28,11 @@
 //! 8. **multi**: uncontended acquire+release of a 3-path multi-lock against 3 plain locks
 //!    taken one after another on the same paths, in requests (at the server) and latency;
 //! 9. Python Kazoo's `Lock` on 1 and 2, where Debian's `python3-kazoo` is installed
-//!    (driven by `benches/kazoo_driver.py`).
+//!    (driven by `benches/kazoo_driver.py`);
+//! 10. **tls** (built with `--features tls`; skipped otherwise), on an ensemble of its own
+//!     serving TLS with the Netty connection factory: scenario 1's uncontended cycle over TLS
+//!     against the same over the plaintext port of the same servers, and its requests per
+//!     cycle (3, as without TLS).
 //!
 //! Noise on these machines is large: fsync latency moves whole rounds, and one round of two
 //! implementations doing the same requests gave ratios from 0.6 to 1.8 (the README's
@@ -144,7 +148,7 @@ impl Plan {
     }
 }
 
-const SCENARIOS: [&str; 8] = [
+const SCENARIOS: [&str; 9] = [
     "uncontended",
     "handoff",
     "keepalive",
@@ -153,6 +157,7 @@ const SCENARIOS: [&str; 8] = [
     "scale",
     "multi",
     "directories",
+    "tls",
 ];
 
 struct Args {
@@ -227,8 +232,11 @@ async fn run(plan: Plan, only: Vec<String>) -> Result<Report> {
     let mut report = Report::default();
     let mut machine = None;
     let mut servers = Vec::new();
-    // Every scenario but the directories one runs on this ensemble.
-    if SCENARIOS.iter().any(|s| *s != "directories" && runs(s)) {
+    // Every scenario but the directories and tls ones runs on this ensemble.
+    if SCENARIOS
+        .iter()
+        .any(|s| !matches!(*s, "directories" | "tls") && runs(s))
+    {
         progress(format!(
             "starting a 3-node ZooKeeper ensemble ({} run)",
             if plan.quick { "quick" } else { "full" }
@@ -269,6 +277,9 @@ async fn run(plan: Plan, only: Vec<String>) -> Result<Report> {
         servers.push(bench.node);
         scenario::directories::run(&bench, &mut report).await?;
     }
+    if runs("tls") {
+        tls_scenario(&plan, &mut machine, &mut servers, &mut report).await?;
+    }
     let machine = machine.unwrap_or_default();
 
     report.set("machine", machine.clone());
@@ -293,6 +304,41 @@ async fn run(plan: Plan, only: Vec<String>) -> Result<Report> {
         wall.elapsed().as_secs_f64()
     ));
     Ok(report)
+}
+
+/// Scenario 10 on a TLS ensemble of its own (the Netty connection factory on every port).
+#[cfg(feature = "tls")]
+async fn tls_scenario(
+    plan: &Plan,
+    machine: &mut Option<serde_json::Value>,
+    servers: &mut Vec<usize>,
+    report: &mut Report,
+) -> Result<()> {
+    progress("starting a 3-node ZooKeeper ensemble serving TLS for scenario 10");
+    let zk = Ensemble::builder()
+        .nodes(3)
+        .tick_time(TICK)
+        .max_session_timeout(SESSION_TIMEOUT * 2)
+        .tls(zkfence_testcontainers::ClientAuth::None)
+        .start()
+        .await?;
+    let bench = bench_on(zk, plan).await?;
+    if machine.is_none() {
+        *machine = Some(report::machine(&bench).await);
+    }
+    servers.push(bench.node);
+    scenario::tls::run(&bench, report).await
+}
+
+#[cfg(not(feature = "tls"))]
+async fn tls_scenario(
+    _plan: &Plan,
+    _machine: &mut Option<serde_json::Value>,
+    _servers: &mut Vec<usize>,
+    _report: &mut Report,
+) -> Result<()> {
+    progress("10 tls: skipped (run the bench with --features tls)");
+    Ok(())
 }
 
 /// The bench on a started ensemble: its sessions go to one follower.

@@ -10,6 +10,8 @@ pub mod multi;
 pub mod parallel;
 mod queue;
 pub mod scale;
+#[cfg(feature = "tls")]
+pub mod tls;
 pub mod uncontended;
 
 use std::future::Future;
