@@ -87,7 +87,11 @@ impl Bench {
 
     /// What the server counted so far for each of `sessions` (`recved`, `sent` in `cons`).
     pub async fn counted_each(&self, sessions: &[i64]) -> Result<Vec<Counted>> {
-        let connections = self.zk.connections(self.node).await?;
+        let mut connections = self.zk.connections(self.node).await?;
+        // A server lists only the connections of the port asked: ask the TLS port too.
+        if self.zk.tls().is_some() {
+            connections.extend(self.zk.secure_connections(self.node).await?);
+        }
         let by_session: HashMap<i64, Counted> = connections
             .iter()
             .filter_map(|c| {

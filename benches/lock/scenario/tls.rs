@@ -91,7 +91,7 @@ pub async fn run(bench: &Bench, report: &mut Report) -> Result<()> {
     report.row(
         Row::new(
             scenario,
-            "uncontended acquire+release p50 / p99 (ms): ours over TLS, floor column = ours plaintext, same Netty servers",
+            "acquire+release p50 / p99 (ms), over TLS; floor column: plaintext, same servers",
         )
         .ours(tls.latency_cell())
         .floor(plain.latency_cell())

@@ -77,7 +77,7 @@ pub struct ConnectionInfo {
 
 /// Parses `cons` output lines such as
 /// ` /127.0.0.1:39516[1](queued=0,recved=5,sent=5,sid=0x100009a2c7d0000,lop=PING,...)`.
-fn parse_cons(text: &str) -> Vec<ConnectionInfo> {
+pub(super) fn parse_cons(text: &str) -> Vec<ConnectionInfo> {
     text.lines().filter_map(parse_cons_line).collect()
 }
 

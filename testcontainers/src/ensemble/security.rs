@@ -10,7 +10,15 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::HarnessError;
+use std::io;
+use std::process::Stdio;
+use std::time::Duration;
+
+use tokio::io::AsyncWriteExt;
+
+use super::four_letter::parse_cons;
+use super::Ensemble;
+use crate::{ConnectionInfo, HarnessError};
 
 /// Whether the servers ask TLS clients for a certificate (ZooKeeper's `ssl.clientAuth`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,6 +65,8 @@ pub struct TlsMaterial {
     server_cert: PathBuf,
     server_key: PathBuf,
     server_store: PathBuf,
+    /// The harness's own client certificate, for four-letter words on the TLS port.
+    harness: Option<ClientIdentity>,
 }
 
 /// A client certificate and its private key (PEM files) signed by a [`TlsMaterial`]'s CA.
@@ -86,6 +96,7 @@ impl TlsMaterial {
             server_cert: dir.join("server.pem"),
             server_key: dir.join("server.key"),
             server_store: dir.join("server-keystore.pem"),
+            harness: None,
         };
         openssl(&[
             "req",
@@ -118,6 +129,8 @@ impl TlsMaterial {
         let mut store = fs::read_to_string(&m.server_key)?;
         store.push_str(&fs::read_to_string(&m.server_cert)?);
         fs::write(&m.server_store, store)?;
+        let mut m = m;
+        m.harness = Some(m.client_identity("zkt-harness")?);
         Ok(m)
     }
 
@@ -250,6 +263,44 @@ impl TlsMaterial {
             ));
         }
         props
+    }
+}
+
+impl Ensemble {
+    /// The client connections of node `i`'s TLS port, parsed from `cons` asked over TLS (a
+    /// server lists only the connections of the port asked; the asking connection, which has
+    /// no session, is among them). Needs a [TLS ensemble](crate::EnsembleBuilder::tls) and
+    /// the `openssl` command; fails after 5 s without an answer.
+    pub async fn secure_connections(&self, i: usize) -> io::Result<Vec<ConnectionInfo>> {
+        let (Some(tls), Some(addr)) = (self.tls.as_ref(), self.nodes[i].secure_client) else {
+            return Err(io::Error::other("not a TLS ensemble"));
+        };
+        let harness = tls.harness.as_ref().expect("made with the material");
+        let mut child = tokio::process::Command::new("openssl")
+            .args([
+                "s_client",
+                "-quiet",
+                "-connect",
+                &addr.to_string(),
+                "-CAfile",
+            ])
+            .arg(&tls.ca_cert)
+            .arg("-cert")
+            .arg(&harness.cert)
+            .arg("-key")
+            .arg(&harness.key)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()?;
+        let mut stdin = child.stdin.take().expect("piped");
+        stdin.write_all(b"cons").await?;
+        drop(stdin);
+        let out = tokio::time::timeout(Duration::from_secs(5), child.wait_with_output())
+            .await
+            .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "no answer to cons over TLS"))??;
+        Ok(parse_cons(&String::from_utf8_lossy(&out.stdout)))
     }
 }
 
