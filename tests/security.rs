@@ -393,9 +393,13 @@ async fn acls_grant_an_operator_read_but_not_the_lock() {
     let seen = operator.lock(&dir).contenders().await.unwrap();
     assert_eq!(seen.len(), 1);
     assert_eq!(seen[0].owner.id.as_deref(), Some("alice-job"));
-    let err = within(STEP, "the operator's acquire", operator.lock(&dir).acquire())
-        .await
-        .unwrap_err();
+    let err = within(
+        STEP,
+        "the operator's acquire",
+        operator.lock(&dir).acquire(),
+    )
+    .await
+    .unwrap_err();
     assert_denied(&err, &dir, "the operator enqueues");
     lease.release().await.unwrap();
 }
