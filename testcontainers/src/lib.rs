@@ -10,6 +10,11 @@
 //! [`EnsembleBuilder::peer_links`] it also cuts one server off from its peers while its
 //! clients stay connected ([`Ensemble::isolate`]).
 //!
+//! [`EnsembleBuilder::tls`] and [`EnsembleBuilder::sasl_digest_users`] secure an ensemble:
+//! TLS on a `secureClientPort` with a CA and certificates made fresh per ensemble
+//! ([`TlsMaterial`], by the `openssl` command), client certificates as identities, SASL
+//! DIGEST-MD5 users.
+//!
 //! [`Postgres`] starts a throwaway PostgreSQL server the same way (Debian's `postgresql`
 //! binaries, a cluster in a temporary directory, a free loopback port, the same cleanup
 //! guarantees), for tests of fencing where the data lives.

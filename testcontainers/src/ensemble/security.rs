@@ -26,8 +26,9 @@ pub enum ClientAuth {
     /// A client must present a certificate signed by the ensemble's CA (mutual TLS); its
     /// subject becomes the connection's identity (`x509:CN=...`).
     Need,
-    /// A client may present one. ZooKeeper 3.8 then still closes a TLS connection that
-    /// presents none (its x509 provider fails it), so this is `Need` in practice.
+    /// A client may present one; one that does gets its identity as with `Need`. (The
+    /// x509 provider is on, and it may fail a connection that presents none: the tests use
+    /// `Need` or `None`.)
     Want,
     /// No client certificates: TLS only encrypts and authenticates the servers.
     None,
@@ -84,7 +85,8 @@ pub struct ClientIdentity {
 impl TlsMaterial {
     /// Makes a new CA (EC P-256, valid two days) in `dir`, and a server certificate it signed
     /// for `127.0.0.1` and `localhost` (subject alternative names), with the server's key and
-    /// certificate also in one PEM file for ZooKeeper's `ssl.keyStore`.
+    /// certificate also in one PEM file for ZooKeeper's `ssl.keyStore`, and the harness's own
+    /// client certificate (`CN=zkt-harness`, for four-letter words on the TLS port).
     ///
     /// Needs the `openssl` command.
     pub fn generate(dir: &Path) -> Result<TlsMaterial, HarnessError> {
