@@ -542,3 +542,66 @@ async fn each_bad_input_gets_its_own_clear_error_within_the_connect_timeout() {
     let s = Session::connect(&secure, good()).await.unwrap();
     drop(s);
 }
+
+/// Server name checking is on by default: a certificate of the right CA for other names is
+/// refused, saying so; `tls_server_name_check(false)` accepts it (still only from that CA).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_certificate_for_other_names_is_refused_unless_name_checks_are_off() {
+    let dir = TempDir::new("misnamed");
+    let misnamed =
+        zkfence_testcontainers::TlsMaterial::generate_for(&dir.0, &["DNS:elsewhere.invalid"])
+            .unwrap();
+    let zk = Ensemble::builder()
+        .nodes(1)
+        .tick_time(TICK)
+        .tls_material(misnamed.clone(), ClientAuth::None)
+        .start()
+        .await
+        .unwrap();
+    let options = SessionOptions::new()
+        .session_timeout(T)
+        .tls_ca_file(misnamed.ca_cert());
+    let err = connect_fails(
+        &zk.secure_connect_string(),
+        options.clone(),
+        "a certificate for other names",
+    )
+    .await;
+    assert!(
+        matches!(&err, Error::TlsHandshake { reason, .. } if reason.contains("not valid for the name")),
+        "{err}"
+    );
+    let session = Session::connect(
+        &zk.secure_connect_string(),
+        options.tls_server_name_check(false),
+    )
+    .await
+    .unwrap();
+    let lease = session
+        .lock(&unique_path("misnamed"))
+        .acquire()
+        .await
+        .unwrap();
+    lease.release().await.unwrap();
+}
+
+/// A directory of this test's own under the system temp dir, removed (keys and all) when
+/// dropped, also by a failing test.
+struct TempDir(std::path::PathBuf);
+
+impl TempDir {
+    fn new(name: &str) -> TempDir {
+        let dir = std::env::temp_dir().join(format!(
+            "zkfence-security-{name}-{}",
+            uuid::Uuid::new_v4().simple()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        TempDir(dir)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}

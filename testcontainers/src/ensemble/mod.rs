@@ -92,6 +92,7 @@ pub struct EnsembleBuilder {
     system_properties: Vec<(String, String)>,
     start_timeout: Duration,
     tls: Option<ClientAuth>,
+    tls_material: Option<TlsMaterial>,
     sasl_users: Vec<(String, String)>,
 }
 
@@ -107,6 +108,7 @@ impl Default for EnsembleBuilder {
             system_properties: Vec::new(),
             start_timeout: Duration::from_secs(60),
             tls: None,
+            tls_material: None,
             sasl_users: Vec::new(),
         }
     }
@@ -258,6 +260,22 @@ impl EnsembleBuilder {
         self
     }
 
+    /// [`tls`](Self::tls) with the given material instead of a fresh one, e.g. a server
+    /// certificate for other names ([`TlsMaterial::generate_for`]).
+    ///
+    /// ```no_run
+    /// # async fn example(dir: &std::path::Path) -> Result<(), zkfence_testcontainers::HarnessError> {
+    /// use zkfence_testcontainers::{ClientAuth, Ensemble, TlsMaterial};
+    /// let misnamed = TlsMaterial::generate_for(dir, &["DNS:elsewhere.invalid"])?;
+    /// let zk = Ensemble::builder().nodes(1).tls_material(misnamed, ClientAuth::None).start().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn tls_material(mut self, material: TlsMaterial, auth: ClientAuth) -> Self {
+        self.tls = Some(auth);
+        self.tls_material = Some(material);
+        self
+    }
+
     /// Accepts SASL DIGEST-MD5 authentication for these users (name, password): a JAAS
     /// `Server` section with `user_<name>="<password>"` entries, and
     /// `authProvider.sasl`. A client authenticated so has the identity `sasl:<name>`.
@@ -340,7 +358,10 @@ impl EnsembleBuilder {
         let tls = match self.tls {
             None => None,
             Some(auth) => {
-                let material = TlsMaterial::generate(&dir_path.join("tls"))?;
+                let material = match &self.tls_material {
+                    Some(given) => given.clone(),
+                    None => TlsMaterial::generate(&dir_path.join("tls"))?,
+                };
                 settings.jvm_props.extend(material.server_properties(auth));
                 dist.classpath.extend(security::netty_extras());
                 Some(material)

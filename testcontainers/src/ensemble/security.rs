@@ -90,6 +90,13 @@ impl TlsMaterial {
     ///
     /// Needs the `openssl` command.
     pub fn generate(dir: &Path) -> Result<TlsMaterial, HarnessError> {
+        Self::generate_for(dir, &["IP:127.0.0.1", "DNS:localhost"])
+    }
+
+    /// [`generate`](Self::generate) with other subject alternative names for the server
+    /// certificate (`"IP:..."`, `"DNS:..."`), e.g. names the clients do not connect by, to
+    /// test server name checking; give it to [`EnsembleBuilder::tls_material`](crate::EnsembleBuilder::tls_material).
+    pub fn generate_for(dir: &Path, server_names: &[&str]) -> Result<TlsMaterial, HarnessError> {
         fs::create_dir_all(dir)?;
         let m = TlsMaterial {
             dir: dir.to_path_buf(),
@@ -123,8 +130,9 @@ impl TlsMaterial {
         ])?;
         m.sign(
             "server",
-            "/O=zkfence-test/CN=localhost",
+            "/O=zkfence-test/CN=zookeeper",
             "serverAuth,clientAuth",
+            &server_names.join(","),
             &m.server_cert,
             &m.server_key,
         )?;
@@ -165,6 +173,7 @@ impl TlsMaterial {
             &format!("client-{name}"),
             &format!("/O=zkfence-test/CN={name}"),
             "clientAuth",
+            "IP:127.0.0.1,DNS:localhost",
             &cert,
             &key,
         )?;
@@ -182,6 +191,7 @@ impl TlsMaterial {
         stem: &str,
         subject: &str,
         usage: &str,
+        names: &str,
         cert: &Path,
         key: &Path,
     ) -> Result<(), HarnessError> {
@@ -191,7 +201,7 @@ impl TlsMaterial {
         let _ = writeln!(text, "basicConstraints=CA:FALSE");
         let _ = writeln!(text, "keyUsage=critical,digitalSignature,keyAgreement");
         let _ = writeln!(text, "extendedKeyUsage={usage}");
-        let _ = writeln!(text, "subjectAltName=IP:127.0.0.1,DNS:localhost");
+        let _ = writeln!(text, "subjectAltName={names}");
         fs::write(&ext, text)?;
         openssl(&[
             "req",
