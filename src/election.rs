@@ -217,9 +217,11 @@ impl Election {
     }
 
     fn queue(&self, id: &str) -> Queue {
-        Queue::new(self.session.clone(), &self.path, Kind::Lock).with_owner(Owner::ThisProcess {
-            id: Some(id.to_string()),
-        })
+        Queue::new(self.session.clone(), &self.path, Kind::Lock)
+            .with_recipe(crate::telemetry::Recipe::Election)
+            .with_owner(Owner::ThisProcess {
+                id: Some(id.to_string()),
+            })
     }
 
     /// Joins the election as candidate `id` and waits until it leads.
@@ -234,7 +236,9 @@ impl Election {
     /// - [`Error::NodeDeleted`] if someone deleted our node while we waited.
     /// - [`Error::NoAnswer`] if the ensemble did not vouch for the session when elected.
     pub async fn campaign(&self, id: &str) -> Result<Leadership> {
-        let grant = self.queue(id).join(None).await?;
+        let queue = self.queue(id);
+        crate::telemetry::candidate(&queue.tag());
+        let grant = queue.join(None).await?;
         tracing::info!(election = %self.path, %id, token = grant.czxid, "elected leader");
         let lease = Lease::new(
             self.session.clone(),

@@ -115,6 +115,11 @@ impl Lease {
     pub(crate) fn new(session: Session, dir: String, grant: Grant, claim: Claim) -> Lease {
         let (holding, holding_id, loss) =
             session.shared().register(grant.node.clone(), grant.epoch);
+        holding.track(crate::telemetry::Tag::new(
+            grant.recipe,
+            &dir,
+            session.shared().metrics_path_labels,
+        ));
         let lease = Lease {
             session,
             dir,

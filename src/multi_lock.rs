@@ -20,6 +20,7 @@ use crate::lease::{Claim, Lease, LeaseState};
 use crate::node::{self, Kind};
 use crate::queue::{Grant, Owner, Queue};
 use crate::session::{outcome_unknown, Created, Session, Shared};
+use crate::telemetry::{self, Recipe, Tag};
 use crate::token::FencingToken;
 
 /// How many paths one multi-lock may name: its creates travel in one request, which
@@ -207,12 +208,24 @@ impl MultiLock {
         Ok(Claim::of(self.busy.clone()))
     }
 
+    /// The metrics labels of a whole multi-lock acquire (its paths joined by commas, when
+    /// path labels are on; the join is skipped otherwise).
+    fn tag(&self) -> Tag {
+        if self.session.shared().metrics_path_labels {
+            Tag::new(Recipe::Multi, &self.given.join(","), true)
+        } else {
+            Tag::new(Recipe::Multi, "", false)
+        }
+    }
+
     /// One queue per path (validated), joined as a plain exclusive lock.
     fn queues(&self) -> Result<Vec<Queue>> {
         Ok(validate(&self.given)?
             .iter()
             .map(|dir| {
-                Queue::new(self.session.clone(), dir, Kind::Lock).with_owner(self.owner.clone())
+                Queue::new(self.session.clone(), dir, Kind::Lock)
+                    .with_recipe(Recipe::Multi)
+                    .with_owner(self.owner.clone())
             })
             .collect())
     }
@@ -303,6 +316,9 @@ impl MultiLock {
     pub async fn try_acquire(&self) -> Result<Option<MultiLease>> {
         let claim = self.claim()?;
         let queues = self.queues()?;
+        let started = Instant::now();
+        let tag = self.tag();
+        telemetry::acquire_started(&tag);
         // Reads first (pipelined on the connection): when a path is taken we answer without
         // writing anything.
         let shared = self.session.shared();
@@ -313,6 +329,7 @@ impl MultiLock {
             .zip(&listed)
             .any(|(q, children)| children.as_deref().is_some_and(|c| q.blocked_by(c)))
         {
+            telemetry::timed_out(&tag);
             return Ok(None);
         }
         let uuid = uuid::Uuid::new_v4();
@@ -342,9 +359,13 @@ impl MultiLock {
         match result {
             Ok(Some(grants)) => {
                 pending.disarm();
+                telemetry::granted(&tag, started.elapsed());
                 Ok(Some(self.lease(grants, claim).await?))
             }
             other => {
+                if matches!(other, Ok(None)) {
+                    telemetry::timed_out(&tag);
+                }
                 pending.cleanup().await;
                 other.map(|_| None)
             }
@@ -357,6 +378,8 @@ impl MultiLock {
         let uuid = uuid::Uuid::new_v4();
         let mut pending = Pending::new(&queues, &uuid);
         let started = Instant::now();
+        let tag = self.tag();
+        telemetry::acquire_started(&tag);
         let granted: Vec<AtomicBool> = queues.iter().map(|_| AtomicBool::new(false)).collect();
         let shared = self.session.shared();
         let dirs: Vec<String> = queues.iter().map(|q| q.dir().to_string()).collect();
@@ -403,9 +426,13 @@ impl MultiLock {
         match result {
             Ok(grants) => {
                 pending.disarm();
+                telemetry::granted(&tag, started.elapsed());
                 Ok(grants)
             }
             Err(err) => {
+                if matches!(err, Error::Timeout { .. }) {
+                    telemetry::timed_out(&tag);
+                }
                 pending.cleanup().await;
                 Err(err)
             }

@@ -192,6 +192,8 @@ pub(crate) struct Holding {
     pub(crate) epoch: u64,
     pub(crate) loss: watch::Sender<Option<LossReason>>,
     shared: Weak<Shared>,
+    /// The operator metrics of this lease (nothing without the `metrics` feature).
+    telemetry: crate::telemetry::HeldSlot,
 }
 
 impl Holding {
@@ -204,6 +206,7 @@ impl Holding {
         let first = self.loss.send_if_modified(|cur| {
             if cur.is_none() {
                 *cur = Some(reason);
+                self.telemetry.end(reason);
                 true
             } else {
                 false
@@ -221,6 +224,21 @@ impl Holding {
             }
         }
         first
+    }
+
+    /// Starts the lease's operator metrics, unless it is already lost. Under the loss
+    /// channel's lock, as [`lose`](Self::lose) ends them: a loss racing the start is
+    /// counted exactly once or not at all.
+    pub(crate) fn track(&self, tag: crate::telemetry::Tag) {
+        #[cfg(feature = "metrics")]
+        self.loss.send_if_modified(|cur| {
+            if cur.is_none() {
+                self.telemetry.start(tag);
+            }
+            false
+        });
+        #[cfg(not(feature = "metrics"))]
+        self.telemetry.start(tag);
     }
 }
 
@@ -293,6 +311,7 @@ impl LeaseClock {
             epoch,
             loss,
             shared: Arc::downgrade(shared),
+            telemetry: Default::default(),
         });
         let id = self.next_holding.fetch_add(1, Ordering::Relaxed);
         // Every lease unregisters when released or dropped, so the map holds live leases only.
@@ -352,12 +371,16 @@ pub(crate) async fn keep(shared: Arc<Shared>, mut states: zookeeper_client::Stat
                     SessionState::Connected => tracing::info!(%session_id, "connected: renewing the lease clock"),
                     _ => tracing::warn!(%session_id, state = ?new, "zookeeper session ended"),
                 }
+                if new == SessionState::Expired {
+                    crate::telemetry::session_expired();
+                }
                 if new.is_terminal() {
                     lease_clock.lose_all(lease_clock.now().loss_reason());
                     return;
                 }
                 if new == SessionState::Connected {
                     super::Counters::bump(&shared.counters.reconnects);
+                    crate::telemetry::reconnected();
                     // Renew at once: a blip that ends inside valid_until must cost nobody a
                     // lock. A keepalive sent on the old connection will never be answered.
                     keepalive = Some(send_keepalive(&shared));

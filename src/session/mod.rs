@@ -37,6 +37,7 @@ pub struct SessionOptions {
     lease_margin: Option<Duration>,
     keepalive_interval: Option<Duration>,
     persistent_directories: bool,
+    metrics_path_labels: bool,
 }
 
 impl Default for SessionOptions {
@@ -57,6 +58,7 @@ impl SessionOptions {
             lease_margin: None,
             keepalive_interval: None,
             persistent_directories: false,
+            metrics_path_labels: false,
         }
     }
 
@@ -110,6 +112,20 @@ impl SessionOptions {
     /// acquire (the create that finds no directory, and the directory's create).
     pub fn persistent_directories(mut self, persistent: bool) -> Self {
         self.persistent_directories = persistent;
+        self
+    }
+
+    /// Labels the session's lock metrics (crate feature `metrics`) with the lock's path too,
+    /// not only with its kind. Off by default: lock paths can be unbounded (a lock per seat,
+    /// per order), and every label value is a time series the monitoring system keeps.
+    /// Elections are always labelled by path (see the crate docs' *Metrics* table). Without
+    /// the `metrics` feature it does nothing.
+    ///
+    /// ```
+    /// let options = zkfence::SessionOptions::new().metrics_path_labels(true);
+    /// ```
+    pub fn metrics_path_labels(mut self, on: bool) -> Self {
+        self.metrics_path_labels = on;
         self
     }
 
@@ -216,6 +232,8 @@ pub(crate) struct Shared {
     pub(crate) directory_mode: zk::CreateMode,
     pub(crate) clock: clock::LeaseClock,
     pub(crate) counters: Counters,
+    /// Label lock metrics by path too ([`SessionOptions::metrics_path_labels`]).
+    pub(crate) metrics_path_labels: bool,
 }
 
 impl Shared {
@@ -423,6 +441,7 @@ impl Session {
             // The leader created the session after we sent the connect request.
             clock: clock::LeaseClock::new(session_timeout, slack, keepalive_interval, connect_sent),
             counters: Counters::default(),
+            metrics_path_labels: options.metrics_path_labels,
         });
         let keeper = tokio::spawn(clock::keep(shared.clone(), client.state_watcher()));
         tracing::info!(
