@@ -200,6 +200,27 @@ async fn without_the_option_series_carry_no_path_and_elections_always_do() {
     );
     lease.release().await.unwrap();
 
+    // A multi-lock counts its acquire once and its lease once per path (no other test uses
+    // a multi-lock either); its read/write sides are kinds of their own.
+    let (a, b) = (
+        unique_path("metrics-multi-a"),
+        unique_path("metrics-multi-b"),
+    );
+    let multi = session.multi_lock(&[&a, &b]).acquire().await.unwrap();
+    let read = session.read_lock(&a).try_acquire().await.unwrap();
+    assert!(read.is_none(), "the multi-lock holds a exclusively");
+    let text = recorder().render();
+    let kind = |name: &str, kind: &str| value(&text, name, &[("kind", kind)]);
+    assert_eq!(kind("zkfence_acquires_total", "multi"), Some(1.0), "{text}");
+    assert_eq!(kind("zkfence_grants_total", "multi"), Some(1.0), "{text}");
+    assert_eq!(kind("zkfence_leases_held", "multi"), Some(2.0), "{text}");
+    assert_eq!(kind("zkfence_timeouts_total", "read"), Some(1.0), "{text}");
+    multi.release().await.unwrap();
+    let text = recorder().render();
+    let kind = |name: &str, kind: &str| value(&text, name, &[("kind", kind)]);
+    assert_eq!(kind("zkfence_leases_held", "multi"), Some(0.0), "{text}");
+    assert_eq!(kind("zkfence_releases_total", "multi"), Some(2.0), "{text}");
+
     // An election is labelled by its path anyway; its leader gauge is 0 while it only
     // campaigns, 1 while it leads, 0 again once it resigned.
     let election = unique_path("metrics-election");
