@@ -420,8 +420,19 @@ impl Session {
         }
     }
 
-    /// True if, after an expiry, this handle goes on with a new ZooKeeper session.
-    pub(crate) fn reopens(&self) -> bool {
+    /// True if, after an expiry, this handle goes on with a new ZooKeeper session: reopening
+    /// is on, and the session was neither closed nor refused by the ensemble. (A lease's
+    /// session, bound to its own ZooKeeper session, never does.)
+    ///
+    /// ```no_run
+    /// # async fn f(session: zkfence::Session) {
+    /// match session.lock("/locks/backup").acquire().await {
+    ///     Err(zkfence::Error::SessionExpired) if session.reopens() => { /* queue again */ }
+    ///     _ => {}
+    /// }
+    /// # }
+    /// ```
+    pub fn reopens(&self) -> bool {
         self.bound.is_none() && self.inner.current.reopening()
     }
 
