@@ -93,6 +93,7 @@
 //! | `zkfence_timeouts_total` | counter | `kind` | Acquires that gave up: the `acquire_timeout` deadline passed, or a `try_acquire` found the lock taken |
 //! | `zkfence_session_expiries_total` | counter | none | ZooKeeper sessions of this process that the ensemble expired |
 //! | `zkfence_reconnects_total` | counter | none | Reconnections to a server after a disconnection |
+//! | `zkfence_session_reopens_total` | counter | none | New ZooKeeper sessions a `Session` opened in place of expired ones (`SessionOptions::reopen_after_expiry`) |
 //! | `zkfence_wait_seconds` | histogram | `kind` | From the start of an acquire to its grant |
 //! | `zkfence_held_seconds` | histogram | `kind` | From a grant to the lease's release or loss |
 //! | `zkfence_release_to_grant_seconds` | histogram | `kind` | From the notification that the contender ahead left to our grant (waiters only) |

@@ -100,7 +100,7 @@ impl Session {
 impl Lock {
     fn of(session: &Session, path: &str, kind: Kind) -> Lock {
         Lock {
-            queue: Queue::new(session.clone(), path, kind),
+            queue: Queue::new(session.unbound(), path, kind),
             busy: Arc::new(AtomicBool::new(false)),
         }
     }
@@ -218,11 +218,6 @@ impl Lock {
     }
 
     fn lease(&self, grant: Grant, claim: Claim) -> Lease {
-        Lease::new(
-            self.queue.session().clone(),
-            self.path().to_string(),
-            grant,
-            claim,
-        )
+        Lease::new(self.path().to_string(), grant, claim)
     }
 }

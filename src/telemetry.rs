@@ -136,6 +136,13 @@ pub(crate) fn session_expired() {
     imp::plain_counter(imp::SESSION_EXPIRIES).increment(1);
 }
 
+/// A `Session` opened a new ZooKeeper session in place of one that expired.
+#[inline]
+pub(crate) fn session_reopened() {
+    #[cfg(feature = "metrics")]
+    imp::plain_counter(imp::SESSION_REOPENS).increment(1);
+}
+
 /// The session reconnected to a server after a disconnection.
 #[inline]
 pub(crate) fn reconnected() {
@@ -246,6 +253,7 @@ mod imp {
     pub(super) const TIMEOUTS: &str = "zkfence_timeouts_total";
     pub(super) const SESSION_EXPIRIES: &str = "zkfence_session_expiries_total";
     pub(super) const RECONNECTS: &str = "zkfence_reconnects_total";
+    pub(super) const SESSION_REOPENS: &str = "zkfence_session_reopens_total";
     pub(super) const WAIT_SECONDS: &str = "zkfence_wait_seconds";
     pub(super) const HELD_SECONDS: &str = "zkfence_held_seconds";
     pub(super) const RELEASE_TO_GRANT_SECONDS: &str = "zkfence_release_to_grant_seconds";
@@ -370,6 +378,10 @@ mod imp {
                 (
                     RECONNECTS,
                     "Reconnections to a server after a disconnection",
+                ),
+                (
+                    SESSION_REOPENS,
+                    "New ZooKeeper sessions opened in place of expired ones",
                 ),
             ];
             for (name, help) in counters {

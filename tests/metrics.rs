@@ -1,6 +1,6 @@
 //! The operator metrics (crate feature `metrics`) against a real ensemble, read back through
 //! a Prometheus recorder installed for this test binary alone: counters, gauges and
-//! histograms move as the tests acquire, wait, time out, release, lose and expire.
+//! histograms move as the tests acquire, wait, time out, release, lose, expire and reopen.
 //!
 //! The feature is on under `cargo test --workspace` (the CLI depends on zkfence with it, and
 //! features unify across the workspace); `cargo test -p zkfence` alone compiles this file
@@ -261,7 +261,7 @@ async fn without_the_option_series_carry_no_path_and_elections_always_do() {
 }
 
 #[tokio::test]
-async fn a_partition_past_the_timeout_counts_a_loss_and_a_session_expiry() {
+async fn a_partition_past_the_timeout_counts_a_loss_an_expiry_and_a_reopen() {
     recorder();
     let zk = shared_ensemble();
     let path = unique_path("metrics-expiry");
@@ -279,6 +279,8 @@ async fn a_partition_past_the_timeout_counts_a_loss_and_a_session_expiry() {
     let expiries =
         || value(&recorder().render(), "zkfence_session_expiries_total", &[]).unwrap_or(0.0);
     let reconnects = || value(&recorder().render(), "zkfence_reconnects_total", &[]).unwrap_or(0.0);
+    let reopens =
+        || value(&recorder().render(), "zkfence_session_reopens_total", &[]).unwrap_or(0.0);
     let lease = victim.lock(&path).acquire().await.unwrap();
 
     // A cut connection: the client reconnects at once (through the proxy, to the same server).
@@ -291,7 +293,7 @@ async fn a_partition_past_the_timeout_counts_a_loss_and_a_session_expiry() {
 
     // A partition past the timeout: the lease clock gives the lease up first, then the
     // ensemble expires the session, which the client learns once healed.
-    let before = expiries();
+    let (before, reopened_before) = (expiries(), reopens());
     proxy.blackhole();
     let reason = within(STEP, "the lease is lost", lease.lost()).await;
     assert_eq!(reason, LossReason::ClockLapsed, "lost before the expiry");
@@ -304,6 +306,10 @@ async fn a_partition_past_the_timeout_counts_a_loss_and_a_session_expiry() {
         expiries() > before
     })
     .await;
+    eventually(STEP, "a new session replaces the expired one", || async {
+        reopens() > reopened_before
+    })
+    .await;
     let losses = value(
         &recorder().render(),
         "zkfence_losses_total",
@@ -314,5 +320,18 @@ async fn a_partition_past_the_timeout_counts_a_loss_and_a_session_expiry() {
         ],
     );
     assert_eq!(losses, Some(1.0));
+    assert_eq!(metric("zkfence_leases_held", "lock", &path), 0.0);
+
+    // The same Session acquires again on its new ZooKeeper session, still labelled by path.
+    let again = within(
+        STEP,
+        "the same Session acquires again",
+        victim.lock(&path).acquire(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(metric("zkfence_grants_total", "lock", &path), 2.0);
+    assert_eq!(metric("zkfence_leases_held", "lock", &path), 1.0);
+    again.release().await.unwrap();
     assert_eq!(metric("zkfence_leases_held", "lock", &path), 0.0);
 }

@@ -100,6 +100,8 @@ pub(crate) struct Grant {
     /// The watch on our own node that proved it existed at the grant, if the wait set one:
     /// the guard keeps watching with it.
     pub(crate) own_watch: Option<NodeWatch>,
+    /// The session bound to the ZooKeeper session the node belongs to.
+    pub(crate) session: Session,
     /// The recipe, for the lease's metrics.
     pub(crate) recipe: Recipe,
 }
@@ -315,8 +317,17 @@ impl Queue {
         &self.session
     }
 
-    fn shared(&self) -> &Arc<Shared> {
+    fn shared(&self) -> Arc<Shared> {
         self.session.shared()
+    }
+
+    /// This queue bound to the live ZooKeeper session (waiting until `deadline` for a new
+    /// one right after an expiry): a node and the lease it becomes belong to one session.
+    pub(crate) async fn bound(&self, deadline: Option<Instant>) -> Result<Queue> {
+        Ok(Queue {
+            session: self.session.bind(deadline).await?,
+            ..self.clone()
+        })
     }
 
     fn admission(&self) -> Admission {
@@ -341,6 +352,10 @@ impl Queue {
     /// does not answer within a short grace, in the background).
     pub(crate) async fn join(&self, deadline: Option<Instant>) -> Result<Grant> {
         node::validate_path(&self.dir)?;
+        self.bound(deadline).await?.join_bound(deadline).await
+    }
+
+    async fn join_bound(&self, deadline: Option<Instant>) -> Result<Grant> {
         let uuid = self.uuid.unwrap_or_else(uuid::Uuid::new_v4);
         let mut pending = self.pending(&uuid);
         let mut progress = Progress::default();
@@ -395,6 +410,14 @@ impl Queue {
     /// Joins without waiting: `Ok(None)` if the admission rule would make us wait.
     pub(crate) async fn try_join(&self) -> Result<Option<Grant>> {
         node::validate_path(&self.dir)?;
+        // Not waiting for a new session either: right after an expiry this fails with it.
+        self.bound(Some(Instant::now()))
+            .await?
+            .try_join_bound()
+            .await
+    }
+
+    async fn try_join_bound(&self) -> Result<Option<Grant>> {
         let started = Instant::now();
         let tag = self.tag();
         telemetry::acquire_started(&tag);
@@ -478,7 +501,7 @@ impl Queue {
                     shared.make_dirs(&self.dir).await?;
                 }
                 Err(e) if crate::session::outcome_unknown(&e) => {
-                    if let Some(created) = find_own(shared, &self.dir, &pending.marker).await? {
+                    if let Some(created) = find_own(&shared, &self.dir, &pending.marker).await? {
                         tracing::info!(node = %created.path, token = created.czxid, "enqueued (found our node after a lost answer)");
                         pending.node = Some(created.path.clone());
                         return Ok(created);
@@ -750,6 +773,7 @@ impl Queue {
             czxid: created.czxid,
             epoch: clock.epoch,
             own_watch,
+            session: self.session.clone(),
             recipe: self.recipe,
         })
     }
@@ -757,7 +781,7 @@ impl Queue {
     /// Lists the contenders, holder first, with their owner data (bounded multi-reads).
     pub(crate) async fn contenders(&self) -> Result<Vec<Contender>> {
         node::validate_path(&self.dir)?;
-        list_contenders(self.shared(), &self.dir, usize::MAX).await
+        list_contenders(&self.shared(), &self.dir, usize::MAX).await
     }
 }
 
@@ -819,7 +843,7 @@ impl Queue {
         &self,
         marker: &str,
     ) -> Result<Option<crate::session::Created>> {
-        find_own(self.shared(), &self.dir, marker).await
+        find_own(&self.shared(), &self.dir, marker).await
     }
 
     /// True if a newcomer would wait behind `children` (a listing of this directory).

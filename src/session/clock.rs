@@ -326,6 +326,29 @@ impl LeaseClock {
         self.holdings.lock().unwrap().remove(&id);
     }
 
+    /// Marks the session closed: nothing of it looks held from now on. Returns false if the
+    /// session had already ended.
+    pub(crate) fn mark_closed(&self) -> bool {
+        self.clock.send_if_modified(|c| {
+            if c.state.is_terminal() {
+                return false;
+            }
+            c.state = SessionState::Closed;
+            true
+        })
+    }
+
+    /// The nodes of the registered leases.
+    pub(crate) fn held_nodes(&self) -> Vec<String> {
+        self.holdings
+            .lock()
+            .unwrap()
+            .values()
+            .filter_map(Weak::upgrade)
+            .map(|h| h.node.clone())
+            .collect()
+    }
+
     /// Ends every registered lease with `reason`.
     pub(crate) fn lose_all(&self, reason: LossReason) {
         let holdings: Vec<Arc<Holding>> = self
