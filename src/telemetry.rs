@@ -284,9 +284,9 @@ mod imp {
             LossReason::SessionExpired => (0, "session_expired"),
             LossReason::ClockLapsed => (1, "clock_lapsed"),
             LossReason::NodeDeleted => (2, "node_deleted"),
-            // `Released` is counted as a release, never as a loss; the enum is
-            // non-exhaustive, so anything new counts under "other" until named here.
             LossReason::SessionClosed => (3, "session_closed"),
+            // `Released` never gets here (it is counted as a release); the enum is
+            // non-exhaustive, so a reason added later counts as "other" until named here.
             _ => (4, "other"),
         }
     }
