@@ -28,10 +28,11 @@ use crate::token::FencingToken;
 /// - **Fencing.** Each leadership's [`token`](Leadership::token) is larger than every earlier
 ///   leader's. Pass it with every write and let the resource refuse older ones
 ///   ([`Fence`](crate::Fence), or [`Lease::fenced_write`] for data in ZooKeeper).
-/// - **A new session is a new candidate.** A candidate's node belongs to its session. After
-///   the session expires, connect a new [`Session`] and campaign again: the new candidate
-///   queues behind whatever node the dead session left, and never takes that node for its own
-///   (Curator's `LeaderLatch` did, and elected two leaders: CURATOR-696).
+/// - **A new session is a new candidate.** A candidate's node belongs to its ZooKeeper
+///   session. After it expires, the [`Session`] opens a new one and [`Election::run`]
+///   campaigns again on it: the new candidate queues behind whatever node the dead session
+///   left, and never takes that node for its own (Curator's `LeaderLatch` did, and elected two
+///   leaders: CURATOR-696).
 /// - **A server failover costs nothing.** The crash of a ZooKeeper server, the ensemble's
 ///   leader included, changes no leadership when the sessions reconnect within their lease.
 ///
@@ -232,7 +233,8 @@ impl Election {
     ///
     /// # Notable errors
     /// - [`Error::InvalidPath`], [`Error::NoAuth`] for bad input; nothing is left behind.
-    /// - [`Error::SessionExpired`], [`Error::SessionClosed`]: connect a new session.
+    /// - [`Error::SessionExpired`]: the session expired while we waited; campaign again (the
+    ///   `Session` opens a new one unless reopening is off). [`Error::SessionClosed`].
     /// - [`Error::NodeDeleted`] if someone deleted our node while we waited.
     /// - [`Error::NoAnswer`] if the ensemble did not vouch for the session when elected.
     pub async fn campaign(&self, id: &str) -> Result<Leadership> {

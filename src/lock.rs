@@ -158,7 +158,9 @@ impl Lock {
     /// # Notable errors
     /// - [`Error::AlreadyHeld`] if this handle holds or is acquiring the lock.
     /// - [`Error::InvalidPath`], [`Error::NoAuth`] for bad input; nothing is left behind.
-    /// - [`Error::SessionExpired`], [`Error::SessionClosed`]: connect a new session.
+    /// - [`Error::SessionExpired`]: the session expired while we waited; right after an
+    ///   expiry, an acquire waits for the new session the `Session` opens (unless reopening
+    ///   is off). [`Error::SessionClosed`]: the session was closed.
     /// - [`Error::NodeDeleted`] if someone deleted our node while we waited;
     ///   [`Error::LockDirectoryDeleted`] if the whole directory went.
     /// - [`Error::NoAnswer`] if the ensemble did not vouch for the session at the grant.

@@ -247,7 +247,9 @@ impl MultiLock {
     /// - [`Error::AlreadyHeld`] if this handle holds or is acquiring.
     /// - [`Error::NoAuth`] if a directory's ACL forbids the create (or making the directory);
     ///   no node was created in any directory.
-    /// - [`Error::SessionExpired`], [`Error::SessionClosed`]: connect a new session.
+    /// - [`Error::SessionExpired`]: the session expired while we waited; right after an
+    ///   expiry, an acquire waits for the new session the `Session` opens (unless reopening
+    ///   is off). [`Error::SessionClosed`]: the session was closed.
     /// - [`Error::NodeDeleted`] if someone deleted one of our nodes while we waited;
     ///   [`Error::LockDirectoryDeleted`] if a directory kept vanishing. Our other nodes are
     ///   deleted.

@@ -89,7 +89,9 @@ impl Semaphore {
     ///
     /// # Notable errors
     /// - [`Error::InvalidPath`], [`Error::NoAuth`] for bad input; nothing is left behind.
-    /// - [`Error::SessionExpired`], [`Error::SessionClosed`]: connect a new session.
+    /// - [`Error::SessionExpired`]: the session expired while we waited; right after an
+    ///   expiry, an acquire waits for the new session the `Session` opens (unless reopening
+    ///   is off). [`Error::SessionClosed`]: the session was closed.
     /// - [`Error::NodeDeleted`] if someone deleted our node while we waited.
     /// - [`Error::NoAnswer`] if the ensemble did not vouch for the session at the grant.
     pub async fn acquire(&self) -> Result<Lease> {

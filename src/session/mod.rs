@@ -168,8 +168,8 @@ impl SessionOptions {
 /// loop {
 ///     let state = session.state_changed().await;
 ///     eprintln!("zookeeper session: {state:?}");
-///     if state.is_terminal() {
-///         break; // connect a new Session
+///     if state.is_terminal() && !session.reopens() {
+///         break; // closed, refused, or expired with reopening off
 ///     }
 /// }
 /// # }
@@ -350,6 +350,14 @@ impl Drop for Inner {
 ///   about `0.6 T` after the last answered one (the crate docs' safety model).
 /// - A short disconnection that ends while the clock vouches costs nothing: leases stay, or
 ///   return from `Suspended` to, `Held`.
+/// - **It outlives an expiry.** When the ensemble expires the ZooKeeper session (or the
+///   client gives it up after 1.4 T without a server), every lease of it is reported `Lost`
+///   first; then a new ZooKeeper session is opened with the same connect string and options,
+///   retried with jittered exponential backoff while the ensemble is unreachable
+///   ([`SessionOptions::reopen_backoff`]). Leases stay bound to the session their node
+///   belongs to; new acquires use the new one, and [`id`](Self::id) and
+///   [`state_changed`](Self::state_changed) show it. Rejected credentials end it for good;
+///   [`SessionOptions::reopen_after_expiry`] turns reopening off.
 ///
 /// ```no_run
 /// # async fn f() -> zkfence::Result<()> {
