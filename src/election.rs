@@ -28,10 +28,11 @@ use crate::token::FencingToken;
 /// - **Fencing.** Each leadership's [`token`](Leadership::token) is larger than every earlier
 ///   leader's. Pass it with every write and let the resource refuse older ones
 ///   ([`Fence`](crate::Fence), or [`Lease::fenced_write`] for data in ZooKeeper).
-/// - **A new session is a new candidate.** A candidate's node belongs to its session. After
-///   the session expires, connect a new [`Session`] and campaign again: the new candidate
-///   queues behind whatever node the dead session left, and never takes that node for its own
-///   (Curator's `LeaderLatch` did, and elected two leaders: CURATOR-696).
+/// - **A new session is a new candidate.** A candidate's node belongs to its ZooKeeper
+///   session. After it expires, the [`Session`] opens a new one and [`Election::run`]
+///   campaigns again on it: the new candidate queues behind whatever node the dead session
+///   left, and never takes that node for its own (Curator's `LeaderLatch` did, and elected two
+///   leaders: CURATOR-696).
 /// - **A server failover costs nothing.** The crash of a ZooKeeper server, the ensemble's
 ///   leader included, changes no leadership when the sessions reconnect within their lease.
 ///
@@ -204,7 +205,7 @@ impl Session {
     /// ```
     pub fn election(&self, path: &str) -> Election {
         Election {
-            session: self.clone(),
+            session: self.unbound(),
             path: path.to_string(),
         }
     }
@@ -217,9 +218,11 @@ impl Election {
     }
 
     fn queue(&self, id: &str) -> Queue {
-        Queue::new(self.session.clone(), &self.path, Kind::Lock).with_owner(Owner::ThisProcess {
-            id: Some(id.to_string()),
-        })
+        Queue::new(self.session.clone(), &self.path, Kind::Lock)
+            .with_recipe(crate::telemetry::Recipe::Election)
+            .with_owner(Owner::ThisProcess {
+                id: Some(id.to_string()),
+            })
     }
 
     /// Joins the election as candidate `id` and waits until it leads.
@@ -230,18 +233,16 @@ impl Election {
     ///
     /// # Notable errors
     /// - [`Error::InvalidPath`], [`Error::NoAuth`] for bad input; nothing is left behind.
-    /// - [`Error::SessionExpired`], [`Error::SessionClosed`]: connect a new session.
+    /// - [`Error::SessionExpired`]: the session expired while we waited; campaign again (the
+    ///   `Session` opens a new one unless reopening is off). [`Error::SessionClosed`].
     /// - [`Error::NodeDeleted`] if someone deleted our node while we waited.
     /// - [`Error::NoAnswer`] if the ensemble did not vouch for the session when elected.
     pub async fn campaign(&self, id: &str) -> Result<Leadership> {
-        let grant = self.queue(id).join(None).await?;
+        let queue = self.queue(id);
+        crate::telemetry::candidate(&queue.tag());
+        let grant = queue.join(None).await?;
         tracing::info!(election = %self.path, %id, token = grant.czxid, "elected leader");
-        let lease = Lease::new(
-            self.session.clone(),
-            self.path.clone(),
-            grant,
-            Claim::none(),
-        );
+        let lease = Lease::new(self.path.clone(), grant, Claim::none());
         Ok(Leadership {
             lease,
             id: id.to_string(),
@@ -258,7 +259,7 @@ impl Election {
     /// - [`Error::SessionExpired`], [`Error::SessionClosed`].
     pub async fn leader(&self) -> Result<Option<LeaderInfo>> {
         node::validate_path(&self.path)?;
-        let contenders = queue::list_contenders(self.session.shared(), &self.path, 1).await?;
+        let contenders = queue::list_contenders(&self.session.shared(), &self.path, 1).await?;
         Ok(contenders.into_iter().next().map(|c| LeaderInfo {
             id: c.owner.id.clone(),
             node: c.node,
@@ -325,14 +326,18 @@ impl Election {
     }
 
     /// Campaigns as `id` and runs `task` while leading, until `shutdown` resolves: Curator's
-    /// `LeaderSelector` with auto-requeue.
+    /// `LeaderSelector` with auto-requeue, for services that run for months.
     ///
-    /// - When leadership is **lost** (the lease clock ran out, or our node was deleted),
-    ///   `lead` is cancelled — dropped at its next await point, before any other candidate
-    ///   can be elected — and the candidate queues again.
+    /// - When leadership is **lost** (the lease clock ran out, our node was deleted, or the
+    ///   session expired), `lead` is cancelled — dropped at its next await point, before any
+    ///   other candidate can be elected — and the candidate queues again: after an expiry on
+    ///   the new ZooKeeper session the [`Session`] opens.
     /// - When `lead` **returns** `Ok`, leadership is handed on: our node is deleted, so the
     ///   next candidate in line is elected, and this one queues again behind it. (Alone in the
     ///   election, it is elected again at once: a `lead` that returns immediately then spins.)
+    /// - A campaign that fails for a reason that can pass (our waiting node deleted, the
+    ///   session expired or went quiet) is retried after a pause that doubles from 100 ms up
+    ///   to 5 s, and starts over at 100 ms after the next leadership.
     /// - When `shutdown` resolves, `lead` is cancelled and leadership resigned; `run` returns
     ///   `Ok` once the ensemble has deleted our node, or after the session timeout if no
     ///   server answers (the lease clock has then given leadership up too).
@@ -344,8 +349,10 @@ impl Election {
     /// [`Leadership`].
     ///
     /// # Notable errors
-    /// - [`Error::SessionExpired`], [`Error::SessionClosed`]: the session ended, and with it
-    ///   any leadership. Connect a new [`Session`] and call `run` again.
+    /// - [`Error::AuthFailed`], [`Error::SessionClosed`]: the session ended for good (also
+    ///   [`Error::SessionExpired`] when the session does not reopen, see
+    ///   [`SessionOptions::reopen_after_expiry`](crate::SessionOptions::reopen_after_expiry)).
+    /// - [`Error::InvalidPath`], [`Error::NoAuth`]: bad input, nothing to retry.
     /// - Any error `lead` returns, after leadership was handed on.
     pub async fn run<T: LeaderTask>(
         &self,
@@ -359,22 +366,29 @@ impl Election {
             Returned(Result<()>),
         }
         tokio::pin!(shutdown);
+        let mut pause = RETRY_PAUSE_MIN;
         loop {
             let leadership = tokio::select! {
                 _ = &mut shutdown => return Ok(()),
                 leadership = self.campaign(id) => match leadership {
                     Ok(leadership) => leadership,
-                    // Not the end of the session: our waiting node was deleted by someone, or
-                    // the session went quiet at the grant. Queue again; a dead session then
-                    // fails the next create. The pause keeps a persistent fault from spinning.
-                    Err(err @ (Error::NodeDeleted { .. } | Error::NoAnswer { .. } | Error::LockDirectoryDeleted { .. })) => {
-                        tracing::warn!(%id, %err, "campaign failed: queueing again");
-                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    Err(err) if self.may_pass(&err) => {
+                        tracing::warn!(%id, %err, retry_in_ms = pause.as_millis() as u64,
+                            "campaign failed: queueing again");
+                        tokio::select! {
+                            _ = &mut shutdown => return Ok(()),
+                            _ = tokio::time::sleep(pause) => {}
+                        }
+                        pause = (pause * 2).min(RETRY_PAUSE_MAX);
                         continue;
                     }
                     Err(err) => return Err(err),
                 },
             };
+            pause = RETRY_PAUSE_MIN;
+            // The node belongs to the ZooKeeper session of this leadership, whatever the
+            // Session does after an expiry.
+            let leadership_session = leadership.lease().session().shared();
             let node = leadership.lease().path().to_string();
             let watch = leadership.lease.loss_watch();
             let token = leadership.token();
@@ -388,22 +402,21 @@ impl Election {
             match ended {
                 Ended::Lost(reason) => {
                     tracing::warn!(%id, %token, %reason, "leadership lost: leader task cancelled");
-                    if reason.is_session_terminal() {
-                        return Err(self
-                            .session
-                            .shared()
+                    if reason.is_session_terminal() && !self.session.reopens() {
+                        return Err(leadership_session
                             .session_ended()
                             .unwrap_or(Error::SessionClosed));
                     }
-                    // The node is gone, or the session deletes it once a server answers again.
+                    // The node is gone, or the session deletes it once a server answers again;
+                    // after an expiry the next campaign waits for the new session.
                 }
                 Ended::Shutdown => {
                     tracing::info!(%id, %token, "shutting down: resigning leadership");
-                    self.hand_on(&node).await;
+                    hand_on(&leadership_session, &node).await;
                     return Ok(());
                 }
                 Ended::Returned(result) => {
-                    self.hand_on(&node).await;
+                    hand_on(&leadership_session, &node).await;
                     result?;
                     tracing::info!(%id, %token, "leader task finished: leadership handed on, queueing again");
                 }
@@ -411,20 +424,36 @@ impl Election {
         }
     }
 
-    /// Waits until our leadership node is deleted, so the next candidate in line is elected
-    /// before we queue again or return. Bounded by the session timeout: if no server answers
-    /// for that long, the lease clock has ended the leadership anyway, and the node goes when
-    /// a server answers or the session expires.
-    async fn hand_on(&self, node: &str) {
-        let shared = self.session.shared();
-        match tokio::time::timeout(shared.session_timeout, shared.delete_until_gone(node)).await {
-            Ok(Ok(())) => {}
-            Ok(Err(err)) => {
-                tracing::debug!(%node, %err, "leadership node not deleted: the session ended, which removes it")
-            }
-            Err(_) => {
-                tracing::warn!(%node, "no answer while resigning; the node goes with the session")
-            }
+    /// True if a failed campaign may succeed when tried again: our waiting node was deleted
+    /// by someone, the session went quiet at the grant, or it expired and the `Session`
+    /// opens a new one.
+    fn may_pass(&self, err: &Error) -> bool {
+        match err {
+            Error::NodeDeleted { .. }
+            | Error::NoAnswer { .. }
+            | Error::LockDirectoryDeleted { .. } => true,
+            Error::SessionExpired => self.session.reopens(),
+            _ => false,
+        }
+    }
+}
+
+/// The first pause before a failed campaign is tried again, and the most it doubles to.
+const RETRY_PAUSE_MIN: Duration = Duration::from_millis(100);
+const RETRY_PAUSE_MAX: Duration = Duration::from_secs(5);
+
+/// Waits until our leadership node is deleted, so the next candidate in line is elected
+/// before we queue again or return. Bounded by the session timeout: if no server answers
+/// for that long, the lease clock has ended the leadership anyway, and the node goes when
+/// a server answers or the session expires.
+async fn hand_on(shared: &Shared, node: &str) {
+    match tokio::time::timeout(shared.session_timeout, shared.delete_until_gone(node)).await {
+        Ok(Ok(())) => {}
+        Ok(Err(err)) => {
+            tracing::debug!(%node, %err, "leadership node not deleted: the session ended, which removes it")
+        }
+        Err(_) => {
+            tracing::warn!(%node, "no answer while resigning; the node goes with the session")
         }
     }
 }

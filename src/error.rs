@@ -19,7 +19,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// # fn handle(err: zkfence::Error) {
 /// match err {
 ///     zkfence::Error::Timeout { .. } => { /* not now: try again later */ }
-///     e if e.is_session_terminal() => { /* connect a new Session */ }
+///     e if e.is_session_terminal() => { /* the session ended: acquire again, or reconnect */ }
 ///     e => eprintln!("{e}"),
 /// }
 /// # }
@@ -128,13 +128,15 @@ pub enum Error {
         operation: &'static str,
     },
 
-    /// The ZooKeeper session expired: every lock and leadership it held is released.
+    /// The ZooKeeper session expired: every lock and leadership it held is released. Unless
+    /// reopening is off, the [`Session`](crate::Session) opens a new ZooKeeper session:
+    /// acquire or campaign again (see [`Session::reopens`](crate::Session::reopens)).
     #[error(
-        "the ZooKeeper session expired, which released every lock it held; connect a new Session"
+        "the ZooKeeper session expired, which released every lock it held; acquire again (the Session opens a new one unless reopening is off)"
     )]
     SessionExpired,
 
-    /// The session was closed (its last handle was dropped).
+    /// The session was closed (its last handle was dropped, or it was closed explicitly).
     #[error("the ZooKeeper session is closed; connect a new Session")]
     SessionClosed,
 
@@ -236,7 +238,9 @@ pub enum Error {
 }
 
 impl Error {
-    /// True when the session can no longer be used: connect a new [`Session`](crate::Session).
+    /// True when the ZooKeeper session the operation ran on has ended, with every lease of
+    /// it. After `SessionExpired` a reopening [`Session`](crate::Session) goes on with a new
+    /// one ([`Session::reopens`](crate::Session::reopens)); after the others, connect anew.
     pub fn is_session_terminal(&self) -> bool {
         matches!(
             self,

@@ -112,9 +112,15 @@ impl fmt::Debug for Lease {
 }
 
 impl Lease {
-    pub(crate) fn new(session: Session, dir: String, grant: Grant, claim: Claim) -> Lease {
+    pub(crate) fn new(dir: String, grant: Grant, claim: Claim) -> Lease {
+        let session = grant.session;
         let (holding, holding_id, loss) =
             session.shared().register(grant.node.clone(), grant.epoch);
+        holding.track(crate::telemetry::Tag::new(
+            grant.recipe,
+            &dir,
+            session.shared().metrics_path_labels,
+        ));
         let lease = Lease {
             session,
             dir,
@@ -156,7 +162,9 @@ impl Lease {
         &self.dir
     }
 
-    /// The session the lease lives on.
+    /// The session the lease lives on, bound to the ZooKeeper session of its node: its
+    /// [`id`](Session::id) and [`state`](Session::state) are that session's even after the
+    /// `Session` opened a new one. Locks and elections made from it use the live one.
     pub fn session(&self) -> &Session {
         &self.session
     }

@@ -74,6 +74,47 @@
 //! predecessor*, *granted*, *released*, *created lock directory*, *confirming at grant*,
 //! session state changes, and at `warn` for *lease lost* and a lapsed lease clock, inside a
 //! `zkfence.acquire` span naming the lock directory.
+//!
+//! # Metrics
+//!
+//! With the crate feature **`metrics`** (off by default) zkfence emits operator metrics
+//! through the [`metrics`](https://docs.rs/metrics) facade: the library emits, the
+//! application installs the recorder (the exporter) it likes — e.g.
+//! `metrics-exporter-prometheus`, which the `zkfence` CLI serves with `--metrics-addr`.
+//! Without the feature none of this is compiled in: no dependency, no cost. With it, the hot
+//! path does not allocate (labels come from static tables).
+//!
+//! | Name | Type | Labels | Meaning |
+//! |---|---|---|---|
+//! | `zkfence_acquires_total` | counter | `kind` | Acquires started: `acquire`, `acquire_timeout`, `try_acquire`, and campaigns |
+//! | `zkfence_grants_total` | counter | `kind` | Acquires granted |
+//! | `zkfence_releases_total` | counter | `kind` | Leases ended by their holder: released, dropped, resigned, handed on |
+//! | `zkfence_losses_total` | counter | `kind`, `reason` | Leases lost; `reason` is `session_expired`, `clock_lapsed`, `node_deleted`, `session_closed` (or `other`, for a reason added later) |
+//! | `zkfence_timeouts_total` | counter | `kind` | Acquires that gave up: the `acquire_timeout` deadline passed, or a `try_acquire` found the lock taken |
+//! | `zkfence_session_expiries_total` | counter | none | ZooKeeper sessions of this process that the ensemble expired |
+//! | `zkfence_reconnects_total` | counter | none | Reconnections to a server after a disconnection |
+//! | `zkfence_session_reopens_total` | counter | none | New ZooKeeper sessions a `Session` opened in place of expired ones (`SessionOptions::reopen_after_expiry`) |
+//! | `zkfence_wait_seconds` | histogram | `kind` | From the start of an acquire to its grant |
+//! | `zkfence_held_seconds` | histogram | `kind` | From a grant to the lease's release or loss |
+//! | `zkfence_release_to_grant_seconds` | histogram | `kind` | From the notification that the contender ahead left to our grant (waiters only) |
+//! | `zkfence_leases_held` | gauge | `kind` | Leases this process holds now |
+//! | `zkfence_waiters` | gauge | `kind` | Contenders of this process waiting behind another now |
+//! | `zkfence_leader` | gauge | `path` | 1 while a candidate of this process leads the election at `path`, 0 while it only campaigns |
+//!
+//! - **`kind`** is one of `lock`, `read`, `write` (the read/write lock's sides),
+//!   `semaphore`, `election`, `multi`. A multi-lock counts its acquire once (its acquires,
+//!   grants, timeouts and wait time) and its lease once per path (held, waiters, releases,
+//!   losses, held and release-to-grant time).
+//! - **`path`** (the lock directory) is added to every metric with a `kind` only when the
+//!   session opts in with [`SessionOptions::metrics_path_labels`]: lock paths can be
+//!   unbounded (a lock per seat, per order), and each label value is a time series the
+//!   monitoring system keeps forever. A multi-lock's acquire is labelled with its paths
+//!   joined by commas.
+//! - **Elections are always labelled by `path`**, on `zkfence_leader` and on their
+//!   `kind="election"` series: an application has a handful of elections, and a leader
+//!   gauge that does not say which election it is about tells an operator nothing.
+//! - Call [`describe_metrics`] once after installing the recorder to give every metric its
+//!   help text and unit.
 
 #![warn(missing_docs)]
 
@@ -97,6 +138,9 @@ mod semaphore;
 
 mod fence;
 
+// Operator metrics, beside every layer (an empty shell without the `metrics` feature).
+mod telemetry;
+
 pub use election::{Election, LeaderChanges, LeaderInfo, LeaderTask, Leadership};
 pub use error::{Error, LossReason, Result};
 pub use fence::{Fence, StaleToken};
@@ -108,6 +152,24 @@ pub use queue::Contender;
 pub use semaphore::Semaphore;
 pub use session::{FencedOp, Session, SessionMetrics, SessionOptions, SessionState};
 pub use token::FencingToken;
+
+/// Registers the help text and unit of every zkfence metric (the crate docs' *Metrics*
+/// table) with the `metrics` recorder installed now. Call it once after installing the
+/// recorder; without the crate feature `metrics` it does nothing.
+///
+/// ```no_run
+/// // With the `metrics-exporter-prometheus` crate; its `with_http_listener` serves the text.
+/// let handle = metrics_exporter_prometheus::PrometheusBuilder::new()
+///     .install_recorder()
+///     .expect("no other recorder installed");
+/// zkfence::describe_metrics();
+/// // ... run; later, or on each scrape:
+/// println!("{}", handle.render());
+/// ```
+pub fn describe_metrics() {
+    #[cfg(feature = "metrics")]
+    telemetry::describe();
+}
 
 /// Re-export of the underlying client crate, for [`Session::client`] and ACL types.
 pub use zookeeper_client;

@@ -100,7 +100,7 @@ impl Session {
 impl Lock {
     fn of(session: &Session, path: &str, kind: Kind) -> Lock {
         Lock {
-            queue: Queue::new(session.clone(), path, kind),
+            queue: Queue::new(session.unbound(), path, kind),
             busy: Arc::new(AtomicBool::new(false)),
         }
     }
@@ -158,7 +158,9 @@ impl Lock {
     /// # Notable errors
     /// - [`Error::AlreadyHeld`] if this handle holds or is acquiring the lock.
     /// - [`Error::InvalidPath`], [`Error::NoAuth`] for bad input; nothing is left behind.
-    /// - [`Error::SessionExpired`], [`Error::SessionClosed`]: connect a new session.
+    /// - [`Error::SessionExpired`]: the session expired while we waited; right after an
+    ///   expiry, an acquire waits for the new session the `Session` opens (unless reopening
+    ///   is off). [`Error::SessionClosed`]: the session was closed.
     /// - [`Error::NodeDeleted`] if someone deleted our node while we waited;
     ///   [`Error::LockDirectoryDeleted`] if the whole directory went.
     /// - [`Error::NoAnswer`] if the ensemble did not vouch for the session at the grant.
@@ -218,11 +220,6 @@ impl Lock {
     }
 
     fn lease(&self, grant: Grant, claim: Claim) -> Lease {
-        Lease::new(
-            self.queue.session().clone(),
-            self.path().to_string(),
-            grant,
-            claim,
-        )
+        Lease::new(self.path().to_string(), grant, claim)
     }
 }

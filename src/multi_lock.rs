@@ -20,6 +20,7 @@ use crate::lease::{Claim, Lease, LeaseState};
 use crate::node::{self, Kind};
 use crate::queue::{Grant, Owner, Queue};
 use crate::session::{outcome_unknown, Created, Session, Shared};
+use crate::telemetry::{self, Recipe, Tag};
 use crate::token::FencingToken;
 
 /// How many paths one multi-lock may name: its creates travel in one request, which
@@ -119,7 +120,7 @@ impl Session {
     /// ```
     pub fn multi_lock(&self, paths: &[&str]) -> MultiLock {
         MultiLock {
-            session: self.clone(),
+            session: self.unbound(),
             given: paths.iter().map(|p| p.to_string()).collect(),
             owner: Owner::ThisProcess { id: None },
             busy: Arc::new(AtomicBool::new(false)),
@@ -207,14 +208,30 @@ impl MultiLock {
         Ok(Claim::of(self.busy.clone()))
     }
 
-    /// One queue per path (validated), joined as a plain exclusive lock.
-    fn queues(&self) -> Result<Vec<Queue>> {
-        Ok(validate(&self.given)?
+    /// The metrics labels of a whole multi-lock acquire (its paths joined by commas, when
+    /// path labels are on; the join is skipped otherwise).
+    fn tag(&self) -> Tag {
+        if self.session.shared().metrics_path_labels {
+            Tag::new(Recipe::Multi, &self.given.join(","), true)
+        } else {
+            Tag::new(Recipe::Multi, "", false)
+        }
+    }
+
+    /// One queue per path (validated), joined as a plain exclusive lock, all bound to the
+    /// live ZooKeeper session (waited for until `deadline` right after an expiry).
+    async fn queues(&self, deadline: Option<Instant>) -> Result<(Session, Vec<Queue>)> {
+        let dirs = validate(&self.given)?;
+        let session = self.session.bind(deadline).await?;
+        let queues = dirs
             .iter()
             .map(|dir| {
-                Queue::new(self.session.clone(), dir, Kind::Lock).with_owner(self.owner.clone())
+                Queue::new(session.clone(), dir, Kind::Lock)
+                    .with_recipe(Recipe::Multi)
+                    .with_owner(self.owner.clone())
             })
-            .collect())
+            .collect();
+        Ok((session, queues))
     }
 
     /// Waits until this contender holds every path.
@@ -230,7 +247,9 @@ impl MultiLock {
     /// - [`Error::AlreadyHeld`] if this handle holds or is acquiring.
     /// - [`Error::NoAuth`] if a directory's ACL forbids the create (or making the directory);
     ///   no node was created in any directory.
-    /// - [`Error::SessionExpired`], [`Error::SessionClosed`]: connect a new session.
+    /// - [`Error::SessionExpired`]: the session expired while we waited; right after an
+    ///   expiry, an acquire waits for the new session the `Session` opens (unless reopening
+    ///   is off). [`Error::SessionClosed`]: the session was closed.
     /// - [`Error::NodeDeleted`] if someone deleted one of our nodes while we waited;
     ///   [`Error::LockDirectoryDeleted`] if a directory kept vanishing. Our other nodes are
     ///   deleted.
@@ -302,10 +321,13 @@ impl MultiLock {
     /// ```
     pub async fn try_acquire(&self) -> Result<Option<MultiLease>> {
         let claim = self.claim()?;
-        let queues = self.queues()?;
+        let (session, queues) = self.queues(Some(Instant::now())).await?;
+        let started = Instant::now();
+        let tag = self.tag();
+        telemetry::acquire_started(&tag);
         // Reads first (pipelined on the connection): when a path is taken we answer without
         // writing anything.
-        let shared = self.session.shared();
+        let shared = session.shared();
         let dirs: Vec<String> = queues.iter().map(|q| q.dir().to_string()).collect();
         let listed = shared.list_many(&dirs).await?;
         if queues
@@ -313,6 +335,7 @@ impl MultiLock {
             .zip(&listed)
             .any(|(q, children)| children.as_deref().is_some_and(|c| q.blocked_by(c)))
         {
+            telemetry::timed_out(&tag);
             return Ok(None);
         }
         let uuid = uuid::Uuid::new_v4();
@@ -342,9 +365,13 @@ impl MultiLock {
         match result {
             Ok(Some(grants)) => {
                 pending.disarm();
+                telemetry::granted(&tag, started.elapsed());
                 Ok(Some(self.lease(grants, claim).await?))
             }
             other => {
+                if matches!(other, Ok(None)) {
+                    telemetry::timed_out(&tag);
+                }
                 pending.cleanup().await;
                 other.map(|_| None)
             }
@@ -353,12 +380,14 @@ impl MultiLock {
 
     /// Enqueues in every queue and waits until every one grants.
     async fn join(&self, deadline: Option<Instant>) -> Result<Vec<Grant>> {
-        let queues = self.queues()?;
+        let (session, queues) = self.queues(deadline).await?;
         let uuid = uuid::Uuid::new_v4();
         let mut pending = Pending::new(&queues, &uuid);
         let started = Instant::now();
+        let tag = self.tag();
+        telemetry::acquire_started(&tag);
         let granted: Vec<AtomicBool> = queues.iter().map(|_| AtomicBool::new(false)).collect();
-        let shared = self.session.shared();
+        let shared = session.shared();
         let dirs: Vec<String> = queues.iter().map(|q| q.dir().to_string()).collect();
         let span = tracing::info_span!("zkfence.multi_acquire", dirs = %self.given.join(","));
         let wait = async {
@@ -403,9 +432,13 @@ impl MultiLock {
         match result {
             Ok(grants) => {
                 pending.disarm();
+                telemetry::granted(&tag, started.elapsed());
                 Ok(grants)
             }
             Err(err) => {
+                if matches!(err, Error::Timeout { .. }) {
+                    telemetry::timed_out(&tag);
+                }
                 pending.cleanup().await;
                 Err(err)
             }
@@ -437,15 +470,17 @@ impl MultiLock {
     }
 
     async fn lease(&self, grants: Vec<Grant>, claim: Claim) -> Result<MultiLease> {
+        // Every grant is bound to the one ZooKeeper session the nodes were created on.
+        let session = grants[0].session.clone();
         let leases: Vec<Lease> = grants
             .into_iter()
             .map(|grant| {
                 let dir = grant.node[..grant.node.rfind('/').unwrap_or(0)].to_string();
-                Lease::new(self.session.clone(), dir, grant, Claim::none())
+                Lease::new(dir, grant, Claim::none())
             })
             .collect();
         let lease = MultiLease {
-            session: self.session.clone(),
+            session,
             leases,
             _claim: claim,
         };
@@ -470,7 +505,7 @@ async fn enqueue(
     uuid: &uuid::Uuid,
     pending: &mut Pending,
 ) -> Result<Vec<Created>> {
-    let shared = queues[0].session().shared().clone();
+    let shared = queues[0].session().shared();
     let prefixes: Vec<String> = queues.iter().map(|q| q.node_prefix(uuid)).collect();
     let data = queues[0].owner_data();
     let dir_of = |index: Option<usize>| queues[index.unwrap_or(0).min(queues.len() - 1)].dir();
@@ -573,7 +608,7 @@ struct Pending {
 impl Pending {
     fn new(queues: &[Queue], uuid: &uuid::Uuid) -> Pending {
         Pending {
-            shared: queues[0].session().shared().clone(),
+            shared: queues[0].session().shared(),
             queues: queues.to_vec(),
             marker: queues[0].marker(uuid),
             nodes: None,
@@ -829,7 +864,7 @@ impl MultiLease {
     /// ```
     pub async fn release(mut self) -> Result<()> {
         let leases = std::mem::take(&mut self.leases);
-        release_all(self.session.shared(), leases).await
+        release_all(&self.session.shared(), leases).await
     }
 }
 
@@ -854,7 +889,7 @@ impl Drop for MultiLease {
         if leases.is_empty() {
             return;
         }
-        let shared = self.session.shared().clone();
+        let shared = self.session.shared();
         crate::session::spawn_detached(async move {
             let _ = release_all(&shared, leases).await;
         });

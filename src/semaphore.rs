@@ -49,7 +49,7 @@ impl Session {
     /// ```
     pub fn semaphore(&self, path: &str, permits: usize) -> Semaphore {
         Semaphore {
-            session: self.clone(),
+            session: self.unbound(),
             path: path.to_string(),
             permits: permits.max(1),
         }
@@ -89,7 +89,9 @@ impl Semaphore {
     ///
     /// # Notable errors
     /// - [`Error::InvalidPath`], [`Error::NoAuth`] for bad input; nothing is left behind.
-    /// - [`Error::SessionExpired`], [`Error::SessionClosed`]: connect a new session.
+    /// - [`Error::SessionExpired`]: the session expired while we waited; right after an
+    ///   expiry, an acquire waits for the new session the `Session` opens (unless reopening
+    ///   is off). [`Error::SessionClosed`]: the session was closed.
     /// - [`Error::NodeDeleted`] if someone deleted our node while we waited.
     /// - [`Error::NoAnswer`] if the ensemble did not vouch for the session at the grant.
     pub async fn acquire(&self) -> Result<Lease> {
@@ -125,12 +127,7 @@ impl Semaphore {
         // Hand the turn on at once (the delete goes on in the background).
         drop(turn);
         let grant = grant.map_err(|e| self.timeout_for_semaphore(e))?;
-        Ok(Lease::new(
-            self.session.clone(),
-            self.leases_dir(),
-            grant,
-            Claim::none(),
-        ))
+        Ok(Lease::new(self.leases_dir(), grant, Claim::none()))
     }
 
     /// Takes a permit if one is free and nobody is waiting for one; never waits.
@@ -149,14 +146,7 @@ impl Semaphore {
         };
         let grant = self.leases().try_join().await;
         drop(turn);
-        Ok(grant?.map(|grant| {
-            Lease::new(
-                self.session.clone(),
-                self.leases_dir(),
-                grant,
-                Claim::none(),
-            )
-        }))
+        Ok(grant?.map(|grant| Lease::new(self.leases_dir(), grant, Claim::none())))
     }
 
     /// The current holders of permits, oldest first (not the acquirer waiting for one).
@@ -169,7 +159,7 @@ impl Semaphore {
     /// - [`Error::SessionExpired`], [`Error::SessionClosed`].
     pub async fn holders(&self) -> Result<Vec<Contender>> {
         crate::node::validate_path(&self.path)?;
-        queue::list_contenders(self.session.shared(), &self.leases_dir(), self.permits).await
+        queue::list_contenders(&self.session.shared(), &self.leases_dir(), self.permits).await
     }
 
     /// A timeout of the inner lock or leases queue, reported against the semaphore.

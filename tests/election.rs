@@ -540,7 +540,7 @@ async fn a_new_session_never_leads_through_its_expired_sessions_node() {
     // The first session learns it expired once its network heals, and stays lost.
     proxy.heal();
     eventually(3 * T, "a's first session reports Expired", || async {
-        a1.state() == SessionState::Expired
+        a1_leadership.lease().session().state() == SessionState::Expired
     })
     .await;
     assert!(matches!(a1_leadership.state(), LeaseState::Lost(_)));
@@ -966,9 +966,16 @@ async fn run_cancels_a_partitioned_leader_before_the_next_is_elected() {
         count: 0,
     };
     let election = runner.election(&path);
-    let running =
-        tokio::spawn(async move { election.run("r", &mut task, std::future::pending()).await });
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(async move {
+        election
+            .run("r", &mut task, async {
+                let _ = stopped.await;
+            })
+            .await
+    });
     eventually(STEP, "the task leads", || async { !calls(&log).is_empty() }).await;
+    let first_session = runner.id();
 
     let other = connect(&zk.connect_string(), T).await;
     let b_elected = campaign_in_background(&other, &path, "b");
@@ -988,8 +995,63 @@ async fn run_cancels_a_partitioned_leader_before_the_next_is_elected() {
         cancelled_at - b_start
     );
 
-    // r's session expired at the server; when its network heals it learns so, and `run`,
-    // which had queued again, ends with the session.
+    // r's session expired at the server; when its network heals it learns so, its Session
+    // opens a new one, and `run` is a candidate again without a restart: behind b.
+    proxy.heal();
+    eventually(3 * T, "r campaigns again on a new session", || async {
+        let contenders = other.lock(&path).contenders().await.unwrap();
+        contenders.len() == 2
+            && contenders[1].owner.id.as_deref() == Some("r")
+            && contenders[1].session_id != first_session
+    })
+    .await;
+    assert_ne!(runner.id(), first_session);
+    assert_eq!(
+        calls(&log).len(),
+        2,
+        "not led while b leads: {:?}",
+        calls(&log)
+    );
+    b_leadership.resign().await.unwrap();
+    eventually(STEP, "r leads again", || async { calls(&log).len() == 3 }).await;
+    stop.send(()).unwrap();
+    timeout(STEP, running)
+        .await
+        .expect("run returns on shutdown")
+        .unwrap()
+        .expect("run returns Ok");
+}
+
+/// With reopening off, `run` ends with the session, as a plain ZooKeeper handle would.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_ends_with_an_expired_session_that_does_not_reopen() {
+    let zk = shared_ensemble();
+    let path = unique_path("run-no-reopen");
+    let proxy = zk.proxy().await.unwrap();
+    let runner = Session::connect(
+        &proxy.connect_string(),
+        SessionOptions::new()
+            .session_timeout(T)
+            .reopen_after_expiry(false),
+    )
+    .await
+    .unwrap();
+    let log = Arc::new(Mutex::new(vec![]));
+    let mut task = Recorder {
+        calls: log.clone(),
+        returns_on: None,
+        count: 0,
+    };
+    let election = runner.election(&path);
+    let running =
+        tokio::spawn(async move { election.run("r", &mut task, std::future::pending()).await });
+    eventually(STEP, "the task leads", || async { !calls(&log).is_empty() }).await;
+    proxy.blackhole();
+    let admin = connect(&zk.connect_string(), T).await;
+    eventually(3 * T, "the server expired r's session", || async {
+        children(&admin, &path).await.is_empty()
+    })
+    .await;
     proxy.heal();
     let result = timeout(3 * T, running)
         .await
@@ -997,7 +1059,6 @@ async fn run_cancels_a_partitioned_leader_before_the_next_is_elected() {
         .unwrap();
     assert!(matches!(result, Err(Error::SessionExpired)), "{result:?}");
     assert_eq!(calls(&log).len(), 2, "not led again: {:?}", calls(&log));
-    b_leadership.resign().await.unwrap();
 }
 
 #[tokio::test]

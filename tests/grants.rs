@@ -168,7 +168,8 @@ async fn a_queue_of_5000_contenders_with_long_paths_can_be_listed() {
     assert!(prefix.len() + 10 >= 200, "{}", prefix.len());
     let sequential = zk::CreateMode::PersistentSequential.with_acls(zk::Acls::anyone_all());
     for _ in 0..10 {
-        let mut writer = admin.client().new_multi_writer();
+        let client = admin.client();
+        let mut writer = client.new_multi_writer();
         for _ in 0..500 {
             writer
                 .add_create(&prefix, b"id=bulk\n", &sequential)

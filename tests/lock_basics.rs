@@ -760,7 +760,8 @@ async fn a_deleted_lock_directory_is_a_clear_error() {
 
     // An operator removes the whole queue and the directory, in one transaction, so the
     // woken waiter cannot look before the directory is gone.
-    let mut writer = admin.client().new_multi_writer();
+    let client = admin.client();
+    let mut writer = client.new_multi_writer();
     for n in children(&admin, &dir).await {
         writer.add_delete(&format!("{dir}/{n}"), None).unwrap();
     }

@@ -11,7 +11,7 @@ use common::*;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::time::Instant;
 use zkfence::zookeeper_client as zk;
-use zkfence::{Error, LeaseState, LossReason, SessionState};
+use zkfence::{Error, LeaseState, LossReason, Session, SessionOptions, SessionState};
 
 const SHORT: Duration = Duration::from_secs(2);
 const LONG: Duration = Duration::from_secs(4);
@@ -333,12 +333,21 @@ async fn a_partitioned_holder_knows_it_lost_well_before_the_server_deletes_its_n
     }
 }
 
+/// With reopening off, an expired `Session` stays expired, as a plain ZooKeeper handle does
+/// (the reopening default is tested in `long_running.rs`).
 #[tokio::test]
-async fn session_expiry_while_holding() {
+async fn session_expiry_while_holding_without_reopening() {
     let zk = shared_ensemble();
     let dir = unique_path("expiry");
     let proxy = zk.proxy().await.unwrap();
-    let holder_session = connect(&proxy.connect_string(), SHORT).await;
+    let holder_session = Session::connect(
+        &proxy.connect_string(),
+        SessionOptions::new()
+            .session_timeout(SHORT)
+            .reopen_after_expiry(false),
+    )
+    .await
+    .unwrap();
     let admin = connect(&zk.connect_string(), LONG).await;
     let lease = holder_session.lock(&dir).acquire().await.unwrap();
     let old_token = lease.token();

@@ -310,10 +310,8 @@ async fn intruder_is_kept_out(via: Via, owner: &str, intruder: &str) {
         .unwrap_err();
     assert_eq!(err, zk::Error::NoAuth, "delete the holder's node");
     // What fenced_write sends, with alice's node as the fence: the check needs READ on it.
-    let mut writer = mallory
-        .client()
-        .new_check_writer(lease.path(), None)
-        .unwrap();
+    let mallory_client = mallory.client();
+    let mut writer = mallory_client.new_check_writer(lease.path(), None).unwrap();
     let err = writer.add_set_data(&target, b"mallory", None).map(|_| ());
     assert!(err.is_ok(), "{err:?}");
     let err = writer.commit().await.unwrap_err();

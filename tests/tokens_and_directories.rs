@@ -259,7 +259,8 @@ async fn a_directory_deleted_under_a_waiter_says_to_acquire_again() {
         children(&admin, &dir).await.len() == 2
     })
     .await;
-    let mut writer = admin.client().new_multi_writer();
+    let client = admin.client();
+    let mut writer = client.new_multi_writer();
     for n in children(&admin, &dir).await {
         writer.add_delete(&format!("{dir}/{n}"), None).unwrap();
     }

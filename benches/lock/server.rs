@@ -264,8 +264,11 @@ pub fn cores() -> usize {
 /// One read on each client right before a `cons` snapshot: a session idle for a while (its
 /// arm waited for the others) would otherwise send its heartbeat ping at the start of the
 /// measured window.
-pub async fn touch(clients: impl IntoIterator<Item = &zkc::Client>) -> Result<()> {
-    futures::future::try_join_all(clients.into_iter().map(|c| c.check_stat("/"))).await?;
+pub async fn touch(
+    clients: impl IntoIterator<Item = impl std::borrow::Borrow<zkc::Client>>,
+) -> Result<()> {
+    let clients: Vec<_> = clients.into_iter().collect();
+    futures::future::try_join_all(clients.iter().map(|c| c.borrow().check_stat("/"))).await?;
     Ok(())
 }
 

@@ -22,13 +22,31 @@ pub struct Options {
 /// start does not spin.
 const RETRY_AFTER_FAILURE: Duration = Duration::from_secs(1);
 
+/// The first pause before a failed campaign is tried again, and the most it doubles to.
+const RETRY_PAUSE_MIN: Duration = Duration::from_millis(100);
+const RETRY_PAUSE_MAX: Duration = Duration::from_secs(5);
+
+/// True if a failed campaign may succeed when tried again: the session expired (the
+/// Session opens a new one), our waiting node or the directory was deleted, or the
+/// ensemble went quiet at the grant. Authentication failures and bad input are final.
+fn may_pass(e: &zkfence::Error) -> bool {
+    matches!(
+        e,
+        zkfence::Error::SessionExpired
+            | zkfence::Error::NodeDeleted { .. }
+            | zkfence::Error::NoAnswer { .. }
+            | zkfence::Error::LockDirectoryDeleted { .. }
+    )
+}
+
 pub async fn run(global: &Global, o: Options) -> Result<u8, Failure> {
     let mut signals = Signals::catch()
         .map_err(|e| Failure::new(exit::ERROR, format!("cannot catch signals: {e}")))?;
-    let mut session = match connect(global, &mut signals).await? {
+    let session = match connect(global, &mut signals).await? {
         Ok(session) => session,
         Err(code) => return Ok(code),
     };
+    let mut pause = RETRY_PAUSE_MIN;
     loop {
         let election = session.election(&o.path);
         let campaign = election.campaign(&o.id);
@@ -43,13 +61,27 @@ pub async fn run(global: &Global, o: Options) -> Result<u8, Failure> {
         };
         drop(election);
         let leadership = match campaigned {
-            Ok(leadership) => leadership,
-            Err(e) if e.is_session_terminal() && !o.once => {
-                eprintln!("zkfence: {e}: connecting a new session and campaigning again");
-                session = match connect(global, &mut signals).await? {
-                    Ok(session) => session,
-                    Err(code) => return Ok(code),
-                };
+            Ok(leadership) => {
+                pause = RETRY_PAUSE_MIN;
+                leadership
+            }
+            // A failure that can pass: the Session reopens after an expiry, and a deleted
+            // node or a quiet ensemble may be back. Campaign again, after a pause that
+            // doubles while it keeps failing.
+            Err(e) if !o.once && may_pass(&e) => {
+                eprintln!(
+                    "zkfence: {e}: campaigning again in {} in {:.1}s",
+                    o.path,
+                    pause.as_secs_f64()
+                );
+                tokio::select! {
+                    _ = tokio::time::sleep(pause) => {}
+                    sig = signals.recv() => {
+                        close(session, global.session_timeout).await;
+                        return Ok(exit::by_signal(sig));
+                    }
+                }
+                pause = (pause * 2).min(RETRY_PAUSE_MAX);
                 continue;
             }
             Err(e) => return Err(e.into()),
@@ -75,12 +107,6 @@ pub async fn run(global: &Global, o: Options) -> Result<u8, Failure> {
                             return Ok(exit::by_signal(sig));
                         }
                     }
-                }
-                if session.state().is_terminal() {
-                    session = match connect(global, &mut signals).await? {
-                        Ok(session) => session,
-                        Err(code) => return Ok(code),
-                    };
                 }
             }
         }

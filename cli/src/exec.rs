@@ -83,11 +83,28 @@ pub async fn run(global: &Global, o: Options) -> Result<u8, Failure> {
         (None, false) => Gate::Lock(session.lock(&o.lockpath).with_format(o.format).with_id(&id)),
     };
 
+    let deadline = o.timeout.map(|t| tokio::time::Instant::now() + t);
     let acquire = async {
-        match o.timeout {
-            Some(t) if t.is_zero() => lock.try_acquire().await,
-            Some(t) => lock.acquire_timeout(t).await.map(Some),
-            None => lock.acquire().await.map(Some),
+        loop {
+            let attempt = match (o.timeout, deadline) {
+                (Some(t), _) if t.is_zero() => lock.try_acquire().await,
+                (_, Some(deadline)) => {
+                    let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+                    lock.acquire_timeout(left).await.map(Some)
+                }
+                _ => lock.acquire().await.map(Some),
+            };
+            match attempt {
+                // The session expired while we waited: our node went with it, and the
+                // Session opens a new one. Queue again there, at the back, until --timeout.
+                Err(Error::SessionExpired) if session.reopens() => {
+                    eprintln!(
+                        "zkfence: the session expired while waiting for {}: lost our place in the queue; queueing again on a new session",
+                        o.lockpath
+                    );
+                }
+                other => return other,
+            }
         }
     };
     let acquired = tokio::select! {

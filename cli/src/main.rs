@@ -13,11 +13,13 @@ mod ensemble;
 mod exec;
 mod exit;
 mod gc;
+mod metrics_endpoint;
 mod progress;
 mod signals;
 mod status;
 mod supervisor;
 
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
@@ -201,6 +203,11 @@ enum Command {
         /// lease is running out, cut to what the lease has left (see above).
         #[arg(long, default_value = "5s", value_parser = duration::parse, value_name = "DUR")]
         grace: Duration,
+        /// Serve zkfence's metrics as Prometheus text on ADDR (e.g. 127.0.0.1:9464) while
+        /// running: acquire and hold times, losses, timeouts, leases held (the zkfence crate
+        /// docs' Metrics table).
+        #[arg(long, value_name = "ADDR")]
+        metrics_addr: Option<SocketAddr>,
         /// The command and its arguments (after `--`).
         #[arg(required = true, last = true, value_name = "CMD")]
         cmd: Vec<String>,
@@ -230,6 +237,10 @@ enum Command {
         /// what the leadership has left when it is running out.
         #[arg(long, default_value = "5s", value_parser = duration::parse, value_name = "DUR")]
         grace: Duration,
+        /// Serve zkfence's metrics as Prometheus text on ADDR (e.g. 127.0.0.1:9464) while
+        /// running, among them `zkfence_leader{path}`: 1 while this candidate leads.
+        #[arg(long, value_name = "ADDR")]
+        metrics_addr: Option<SocketAddr>,
         /// The command and its arguments (after `--`).
         #[arg(required = true, last = true, value_name = "CMD")]
         cmd: Vec<String>,
@@ -530,8 +541,12 @@ fn main() -> ExitCode {
                 format,
                 id,
                 grace,
+                metrics_addr,
                 cmd,
             } => {
+                if let Some(addr) = metrics_addr {
+                    metrics_endpoint::serve(addr)?;
+                }
                 exec::run(
                     &global,
                     exec::Options {
@@ -556,8 +571,12 @@ fn main() -> ExitCode {
                 id,
                 once,
                 grace,
+                metrics_addr,
                 cmd,
             } => {
+                if let Some(addr) = metrics_addr {
+                    metrics_endpoint::serve(addr)?;
+                }
                 elect::run(
                     &global,
                     elect::Options {

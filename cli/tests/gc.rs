@@ -59,7 +59,7 @@ async fn gc_removes_exactly_the_empty_directories() {
     let zk = shared_ensemble();
     let root = unique_path("gc");
     let admin = connect(&zk.connect_string(), Duration::from_secs(4)).await;
-    let client = admin.client();
+    let client = &admin.client();
     let persistent = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
     let mk = |path: String, data: &'static [u8]| {
         let options = persistent.clone();

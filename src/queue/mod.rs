@@ -42,6 +42,7 @@ use zookeeper_client as zk;
 use crate::error::{Error, Result};
 use crate::node::{self, Kind, NodeFormat, OwnerInfo};
 use crate::session::{Counters, NodeEvent, NodeWatch, Session, Shared};
+use crate::telemetry::{self, Recipe, Tag};
 use crate::token::FencingToken;
 
 pub(crate) use admission::Admission;
@@ -62,6 +63,8 @@ pub(crate) struct Queue {
     session: Session,
     dir: String,
     kind: Kind,
+    /// What the operator metrics call it (an election enqueues as a plain lock).
+    recipe: Recipe,
     format: NodeFormat,
     owner: Owner,
     /// Fixed contender uuid, for tests that need a collision; normally a fresh one per join.
@@ -97,6 +100,10 @@ pub(crate) struct Grant {
     /// The watch on our own node that proved it existed at the grant, if the wait set one:
     /// the guard keeps watching with it.
     pub(crate) own_watch: Option<NodeWatch>,
+    /// The session bound to the ZooKeeper session the node belongs to.
+    pub(crate) session: Session,
+    /// The recipe, for the lease's metrics.
+    pub(crate) recipe: Recipe,
 }
 
 /// What the last listing showed, for timeout errors.
@@ -265,6 +272,7 @@ impl Queue {
             session,
             dir: dir.to_string(),
             kind,
+            recipe: Recipe::of(kind),
             format: NodeFormat::default(),
             owner: Owner::ThisProcess { id: None },
             uuid: None,
@@ -279,6 +287,17 @@ impl Queue {
     pub(crate) fn with_owner(mut self, owner: Owner) -> Queue {
         self.owner = owner;
         self
+    }
+
+    /// Names the recipe in the metrics, for those that enqueue as another kind.
+    pub(crate) fn with_recipe(mut self, recipe: Recipe) -> Queue {
+        self.recipe = recipe;
+        self
+    }
+
+    /// The metrics labels of this queue.
+    pub(crate) fn tag(&self) -> Tag {
+        Tag::new(self.recipe, &self.dir, self.shared().metrics_path_labels)
     }
 
     pub(crate) fn with_uuid(mut self, uuid: uuid::Uuid) -> Queue {
@@ -298,8 +317,17 @@ impl Queue {
         &self.session
     }
 
-    fn shared(&self) -> &Arc<Shared> {
+    fn shared(&self) -> Arc<Shared> {
         self.session.shared()
+    }
+
+    /// This queue bound to the live ZooKeeper session (waiting until `deadline` for a new
+    /// one right after an expiry): a node and the lease it becomes belong to one session.
+    pub(crate) async fn bound(&self, deadline: Option<Instant>) -> Result<Queue> {
+        Ok(Queue {
+            session: self.session.bind(deadline).await?,
+            ..self.clone()
+        })
     }
 
     fn admission(&self) -> Admission {
@@ -324,10 +352,16 @@ impl Queue {
     /// does not answer within a short grace, in the background).
     pub(crate) async fn join(&self, deadline: Option<Instant>) -> Result<Grant> {
         node::validate_path(&self.dir)?;
+        self.bound(deadline).await?.join_bound(deadline).await
+    }
+
+    async fn join_bound(&self, deadline: Option<Instant>) -> Result<Grant> {
         let uuid = self.uuid.unwrap_or_else(uuid::Uuid::new_v4);
         let mut pending = self.pending(&uuid);
         let mut progress = Progress::default();
         let started = Instant::now();
+        let tag = self.tag();
+        telemetry::acquire_started(&tag);
         let span =
             tracing::info_span!("zkfence.acquire", dir = %self.dir, node = tracing::field::Empty);
         let wait = self
@@ -349,9 +383,13 @@ impl Queue {
         match result {
             Ok(grant) => {
                 pending.disarm();
+                telemetry::granted(&tag, started.elapsed());
                 Ok(grant)
             }
             Err(err) => {
+                if matches!(err, Error::Timeout { .. }) {
+                    telemetry::timed_out(&tag);
+                }
                 pending.cleanup().await;
                 Err(err)
             }
@@ -372,9 +410,21 @@ impl Queue {
     /// Joins without waiting: `Ok(None)` if the admission rule would make us wait.
     pub(crate) async fn try_join(&self) -> Result<Option<Grant>> {
         node::validate_path(&self.dir)?;
+        // Not waiting for a new session either: right after an expiry this fails with it.
+        self.bound(Some(Instant::now()))
+            .await?
+            .try_join_bound()
+            .await
+    }
+
+    async fn try_join_bound(&self) -> Result<Option<Grant>> {
+        let started = Instant::now();
+        let tag = self.tag();
+        telemetry::acquire_started(&tag);
         // A read first: when the lock is taken we answer without writing anything.
         if let Some(children) = self.shared().list(&self.dir).await? {
             if self.admission().blocked_by(&children) {
+                telemetry::timed_out(&tag);
                 return Ok(None);
             }
         }
@@ -395,9 +445,13 @@ impl Queue {
         match result {
             Ok(Some(grant)) => {
                 pending.disarm();
+                telemetry::granted(&tag, started.elapsed());
                 Ok(Some(grant))
             }
             other => {
+                if matches!(other, Ok(None)) {
+                    telemetry::timed_out(&tag);
+                }
                 pending.cleanup().await;
                 other
             }
@@ -447,7 +501,7 @@ impl Queue {
                     shared.make_dirs(&self.dir).await?;
                 }
                 Err(e) if crate::session::outcome_unknown(&e) => {
-                    if let Some(created) = find_own(shared, &self.dir, &pending.marker).await? {
+                    if let Some(created) = find_own(&shared, &self.dir, &pending.marker).await? {
                         tracing::info!(node = %created.path, token = created.czxid, "enqueued (found our node after a lost answer)");
                         pending.node = Some(created.path.clone());
                         return Ok(created);
@@ -567,11 +621,23 @@ impl Queue {
         let shared = self.shared();
         let node = created.path.clone();
         let permits = matches!(self.admission(), Admission::Permits(_));
+        let tag = self.tag();
+        // The waiters gauge counts us while this is set: from the first wait on.
+        let mut waiting: Option<telemetry::Waiting> = None;
+        // The latest notification that someone ahead left, for the release-to-grant time.
+        let mut woke: Option<telemetry::Woke> = None;
         loop {
             let (place, index, queue, children_watch) =
                 self.position(&node, marker, progress, permits).await?;
+            if !matches!(place, Place::Holds) && waiting.is_none() {
+                waiting = Some(telemetry::Waiting::start(&tag));
+            }
             let (watched, holds_when_gone) = match place {
-                Place::Holds => return self.grant(created, None).await,
+                Place::Holds => {
+                    let grant = self.grant(created, None).await?;
+                    telemetry::release_to_grant(&tag, woke);
+                    return Ok(grant);
+                }
                 Place::WaitsForAnyChange => {
                     tracing::info!(
                         position = index,
@@ -581,6 +647,7 @@ impl Queue {
                     Counters::bump(&shared.counters.watches);
                     let watch = children_watch.expect("listed with a watch");
                     watch.changed().await?;
+                    woke = Some(telemetry::Woke::now());
                     Counters::bump(&shared.counters.wakeups);
                     continue;
                 }
@@ -602,6 +669,7 @@ impl Queue {
                 };
                 tracing::info!(%predecessor, "waiting on predecessor");
                 predecessor_watch.changed().await?;
+                woke = Some(telemetry::Woke::now());
                 Counters::bump(&shared.counters.wakeups);
                 continue;
             }
@@ -627,6 +695,7 @@ impl Queue {
                 },
                 event = predecessor_watch.changed() => event?,
             };
+            woke = Some(telemetry::Woke::now());
             Counters::bump(&shared.counters.wakeups);
             if shared.counters.reconnects.load(Ordering::Relaxed) != connection {
                 // Watches set again after a reconnect need not fire in zxid order: list again
@@ -644,7 +713,11 @@ impl Queue {
                     // The one we watched was the last thing between us and holding in our
                     // last listing, nothing smaller than our sequence can appear since, and
                     // our node outlived it: we hold without listing again.
-                    None => return self.grant(created, Some(own_watch)).await,
+                    None => {
+                        let grant = self.grant(created, Some(own_watch)).await?;
+                        telemetry::release_to_grant(&tag, woke);
+                        return Ok(grant);
+                    }
                 }
             }
             // Deleted deeper in the queue, or changed: look again.
@@ -700,13 +773,15 @@ impl Queue {
             czxid: created.czxid,
             epoch: clock.epoch,
             own_watch,
+            session: self.session.clone(),
+            recipe: self.recipe,
         })
     }
 
     /// Lists the contenders, holder first, with their owner data (bounded multi-reads).
     pub(crate) async fn contenders(&self) -> Result<Vec<Contender>> {
         node::validate_path(&self.dir)?;
-        list_contenders(self.shared(), &self.dir, usize::MAX).await
+        list_contenders(&self.shared(), &self.dir, usize::MAX).await
     }
 }
 
@@ -768,7 +843,7 @@ impl Queue {
         &self,
         marker: &str,
     ) -> Result<Option<crate::session::Created>> {
-        find_own(self.shared(), &self.dir, marker).await
+        find_own(&self.shared(), &self.dir, marker).await
     }
 
     /// True if a newcomer would wait behind `children` (a listing of this directory).

@@ -192,6 +192,8 @@ pub(crate) struct Holding {
     pub(crate) epoch: u64,
     pub(crate) loss: watch::Sender<Option<LossReason>>,
     shared: Weak<Shared>,
+    /// The operator metrics of this lease (nothing without the `metrics` feature).
+    telemetry: crate::telemetry::HeldSlot,
 }
 
 impl Holding {
@@ -204,6 +206,7 @@ impl Holding {
         let first = self.loss.send_if_modified(|cur| {
             if cur.is_none() {
                 *cur = Some(reason);
+                self.telemetry.end(reason);
                 true
             } else {
                 false
@@ -221,6 +224,21 @@ impl Holding {
             }
         }
         first
+    }
+
+    /// Starts the lease's operator metrics, unless it is already lost. Under the loss
+    /// channel's lock, as [`lose`](Self::lose) ends them: a loss racing the start is
+    /// counted exactly once or not at all.
+    pub(crate) fn track(&self, tag: crate::telemetry::Tag) {
+        #[cfg(feature = "metrics")]
+        self.loss.send_if_modified(|cur| {
+            if cur.is_none() {
+                self.telemetry.start(tag);
+            }
+            false
+        });
+        #[cfg(not(feature = "metrics"))]
+        self.telemetry.start(tag);
     }
 }
 
@@ -293,6 +311,7 @@ impl LeaseClock {
             epoch,
             loss,
             shared: Arc::downgrade(shared),
+            telemetry: Default::default(),
         });
         let id = self.next_holding.fetch_add(1, Ordering::Relaxed);
         // Every lease unregisters when released or dropped, so the map holds live leases only.
@@ -305,6 +324,29 @@ impl LeaseClock {
 
     pub(crate) fn unregister(&self, id: u64) {
         self.holdings.lock().unwrap().remove(&id);
+    }
+
+    /// Marks the session closed: nothing of it looks held from now on. Returns false if the
+    /// session had already ended.
+    pub(crate) fn mark_closed(&self) -> bool {
+        self.clock.send_if_modified(|c| {
+            if c.state.is_terminal() {
+                return false;
+            }
+            c.state = SessionState::Closed;
+            true
+        })
+    }
+
+    /// The nodes of the registered leases.
+    pub(crate) fn held_nodes(&self) -> Vec<String> {
+        self.holdings
+            .lock()
+            .unwrap()
+            .values()
+            .filter_map(Weak::upgrade)
+            .map(|h| h.node.clone())
+            .collect()
     }
 
     /// Ends every registered lease with `reason`.
@@ -323,14 +365,48 @@ impl LeaseClock {
 }
 
 /// The keeper task: follows session state, renews the clock, and ends leases when it lapses.
-pub(crate) async fn keep(shared: Arc<Shared>, mut states: zookeeper_client::StateWatcher) {
+pub(crate) async fn keep(shared: Arc<Shared>, states: zookeeper_client::StateWatcher) {
+    let session_id = shared.client.session_id();
+    tokio::select! {
+        _ = watch_lapses(&shared.clock, session_id) => {}
+        _ = follow_session(shared.clone(), states) => {}
+    }
+}
+
+/// Ends every lease the moment the clock runs out. The deadline is taken again at every change
+/// of the clock, whoever made it (a keepalive, a grant's confirmation, a `renew`), so a clock
+/// renewed after a lapse is watched from that instant, not from the keeper's next wake-up.
+async fn watch_lapses(lease_clock: &LeaseClock, session_id: zookeeper_client::SessionId) {
+    let mut changes = lease_clock.clock.subscribe();
+    loop {
+        let clock = *changes.borrow_and_update();
+        tokio::select! {
+            changed = changes.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+            }
+            _ = tokio::time::sleep_until(clock.valid_until), if !clock.lapsed => {
+                let lapsed = lease_clock.clock.send_if_modified(|c| c.lapse_if_due(Instant::now()));
+                if lapsed {
+                    tracing::warn!(
+                        %session_id,
+                        "lease clock lapsed: the leader has not vouched for the session in time"
+                    );
+                    lease_clock.lose_all(LossReason::ClockLapsed);
+                }
+            }
+        }
+    }
+}
+
+/// Follows the session's state and keeps the clock renewed; returns when the session ended.
+async fn follow_session(shared: Arc<Shared>, mut states: zookeeper_client::StateWatcher) {
     use zookeeper_client::SessionState as Zs;
     let lease_clock = &shared.clock;
     let interval = lease_clock.keepalive_interval;
-    let mut clock_changes = lease_clock.clock.subscribe();
     let mut keepalive: Option<Keepalive> = None;
     loop {
-        let clock = *clock_changes.borrow_and_update();
         let next_keepalive = lease_clock.last_proof_sent() + interval;
         tokio::select! {
             state = states.changed() => {
@@ -341,6 +417,7 @@ pub(crate) async fn keep(shared: Arc<Shared>, mut states: zookeeper_client::Stat
                     Zs::Closed => SessionState::Closed,
                     Zs::AuthFailed => SessionState::AuthFailed,
                 };
+                let clock = lease_clock.now();
                 lease_clock.clock.send_modify(|c| c.state = new);
                 let session_id = shared.client.session_id();
                 match new {
@@ -352,12 +429,16 @@ pub(crate) async fn keep(shared: Arc<Shared>, mut states: zookeeper_client::Stat
                     SessionState::Connected => tracing::info!(%session_id, "connected: renewing the lease clock"),
                     _ => tracing::warn!(%session_id, state = ?new, "zookeeper session ended"),
                 }
+                if new == SessionState::Expired {
+                    crate::telemetry::session_expired();
+                }
                 if new.is_terminal() {
                     lease_clock.lose_all(lease_clock.now().loss_reason());
                     return;
                 }
                 if new == SessionState::Connected {
                     super::Counters::bump(&shared.counters.reconnects);
+                    crate::telemetry::reconnected();
                     // Renew at once: a blip that ends inside valid_until must cost nobody a
                     // lock. A keepalive sent on the old connection will never be answered.
                     keepalive = Some(send_keepalive(&shared));
@@ -375,19 +456,6 @@ pub(crate) async fn keep(shared: Arc<Shared>, mut states: zookeeper_client::Stat
                     super::Counters::bump(&shared.counters.keepalives);
                 } else {
                     tracing::debug!("keepalive unanswered within its interval: sending another");
-                }
-            }
-            _ = clock_changes.changed() => {
-                // Renewed (or lapsed) by another task: arm the lapse timer for the new value.
-            }
-            _ = tokio::time::sleep_until(clock.valid_until), if !clock.lapsed => {
-                let lapsed = lease_clock.clock.send_if_modified(|c| c.lapse_if_due(Instant::now()));
-                if lapsed {
-                    tracing::warn!(
-                        session_id = %shared.client.session_id(),
-                        "lease clock lapsed: the leader has not vouched for the session in time"
-                    );
-                    lease_clock.lose_all(LossReason::ClockLapsed);
                 }
             }
         }
@@ -414,6 +482,55 @@ fn send_keepalive(shared: &Arc<Shared>) -> Keepalive {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 10, item 6: a clock renewed by another task after it lapsed is watched again at
+    /// once. (A watcher that took the deadline only at its own wake-ups slept with its timer
+    /// off after the lapse, and never lapsed the renewed clock.)
+    #[tokio::test(start_paused = true)]
+    async fn a_clock_renewed_after_a_lapse_lapses_again_on_time() {
+        let lease_clock = Arc::new(LeaseClock::new(T, SLACK, T / 6, Instant::now()));
+        let watcher = {
+            let lease_clock = lease_clock.clone();
+            tokio::spawn(
+                async move { watch_lapses(&lease_clock, zookeeper_client::SessionId(1)).await },
+            )
+        };
+        let first = lease_clock.now().valid_until;
+        tokio::time::sleep_until(first + Duration::from_millis(1)).await;
+        assert!(lease_clock.now().lapsed, "lapsed at its valid_until");
+
+        // Renewed by someone else (a grant's confirmation): a new epoch, 1 s ahead.
+        let renewed_until = Instant::now() + Duration::from_secs(1);
+        lease_clock
+            .clock
+            .send_modify(|c| assert!(c.extend(renewed_until, Instant::now())));
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        assert!(!lease_clock.now().lapsed);
+        tokio::time::sleep_until(renewed_until + Duration::from_millis(1)).await;
+        assert!(
+            lease_clock.now().lapsed,
+            "the renewed clock lapsed at its own valid_until"
+        );
+
+        // And a renewal that moves a running clock later is not lapsed at the old deadline.
+        let until = Instant::now() + Duration::from_secs(1);
+        lease_clock
+            .clock
+            .send_modify(|c| assert!(c.extend(until, Instant::now())));
+        let later = until + Duration::from_secs(2);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        lease_clock
+            .clock
+            .send_modify(|c| assert!(c.extend(later, Instant::now())));
+        tokio::time::sleep_until(until + Duration::from_millis(1)).await;
+        assert!(
+            !lease_clock.now().lapsed,
+            "not lapsed at a deadline that moved"
+        );
+        tokio::time::sleep_until(later + Duration::from_millis(1)).await;
+        assert!(lease_clock.now().lapsed);
+        watcher.abort();
+    }
 
     const T: Duration = Duration::from_secs(8);
     const SLACK: Duration = Duration::from_millis(400);

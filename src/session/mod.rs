@@ -4,6 +4,7 @@
 
 mod clock;
 mod ops;
+mod reopen;
 mod security;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -38,6 +39,9 @@ pub struct SessionOptions {
     lease_margin: Option<Duration>,
     keepalive_interval: Option<Duration>,
     persistent_directories: bool,
+    reopen_after_expiry: bool,
+    reopen_backoff: (Duration, Duration),
+    metrics_path_labels: bool,
     security: security::Security,
 }
 
@@ -59,6 +63,9 @@ impl SessionOptions {
             lease_margin: None,
             keepalive_interval: None,
             persistent_directories: false,
+            reopen_after_expiry: true,
+            reopen_backoff: (Duration::from_millis(200), Duration::from_secs(30)),
+            metrics_path_labels: false,
             security: security::Security::default(),
         }
     }
@@ -116,11 +123,43 @@ impl SessionOptions {
         self
     }
 
+    /// Labels the session's lock metrics (crate feature `metrics`) with the lock's path too,
+    /// not only with its kind. Off by default: lock paths can be unbounded (a lock per seat,
+    /// per order), and every label value is a time series the monitoring system keeps.
+    /// Elections are always labelled by path (see the crate docs' *Metrics* table). Without
+    /// the `metrics` feature it does nothing.
+    ///
+    /// ```
+    /// let options = zkfence::SessionOptions::new().metrics_path_labels(true);
+    /// ```
+    pub fn metrics_path_labels(mut self, on: bool) -> Self {
+        self.metrics_path_labels = on;
+        self
+    }
+
     /// How often the lease clock's keepalive `sync` is sent when no write went to the
     /// ensemble meanwhile (reads never stand in for it). Defaults to a sixth of the session
     /// timeout, and is kept between a twentieth and a third of it.
     pub fn keepalive_interval(mut self, interval: Duration) -> Self {
         self.keepalive_interval = Some(interval);
+        self
+    }
+
+    /// Whether the [`Session`] opens a new ZooKeeper session after the ensemble expired its
+    /// old one (default: yes). Every lease and leadership of the old session is reported
+    /// [`Lost`](crate::LeaseState::Lost)`(SessionExpired)` before the new one exists; new
+    /// acquires and campaigns then use the new one. With `false` the `Session` stays
+    /// [`Expired`](SessionState::Expired), as a plain ZooKeeper handle does.
+    pub fn reopen_after_expiry(mut self, reopen: bool) -> Self {
+        self.reopen_after_expiry = reopen;
+        self
+    }
+
+    /// The pause between attempts to open a new session after an expiry, while the ensemble
+    /// is unreachable: `initial`, doubling up to `max`, each with up to half of it added at
+    /// random so that many clients do not come back in step. Defaults: 200 ms and 30 s.
+    pub fn reopen_backoff(mut self, initial: Duration, max: Duration) -> Self {
+        self.reopen_backoff = (initial, max.max(initial));
         self
     }
 }
@@ -132,8 +171,8 @@ impl SessionOptions {
 /// loop {
 ///     let state = session.state_changed().await;
 ///     eprintln!("zookeeper session: {state:?}");
-///     if state.is_terminal() {
-///         break; // connect a new Session
+///     if state.is_terminal() && !session.reopens() {
+///         break; // closed, refused, or expired with reopening off
 ///     }
 /// }
 /// # }
@@ -145,16 +184,21 @@ pub enum SessionState {
     /// Not connected to any server. Leases stay valid until their clock runs out; the client
     /// keeps reconnecting.
     Disconnected,
-    /// The server expired the session. Terminal: connect a new `Session`.
+    /// The server expired the ZooKeeper session: every lease of it is lost. Unless
+    /// [`reopen_after_expiry`](SessionOptions::reopen_after_expiry) is off, the `Session`
+    /// is opening a new ZooKeeper session, and [`Session::state_changed`] reports
+    /// `Connected` once it has.
     Expired,
-    /// Closed: the last handle on the session was dropped. Terminal.
+    /// Closed: the last handle on the session was dropped, or [`Session::close`] was called.
+    /// Terminal.
     Closed,
     /// The ensemble rejected the credentials. Terminal.
     AuthFailed,
 }
 
 impl SessionState {
-    /// True for the states after which the session can do nothing.
+    /// True for the states in which the ZooKeeper session has ended, with every lease of it.
+    /// (After `Expired`, a reopening [`Session`] goes on with a new ZooKeeper session.)
     pub fn is_terminal(self) -> bool {
         matches!(
             self,
@@ -190,6 +234,10 @@ pub struct SessionMetrics {
     pub grant_confirms: u64,
     /// Times the session reconnected (to the same or another server) after a disconnection.
     pub reconnects: u64,
+    /// ZooKeeper sessions of this `Session` that the ensemble expired.
+    pub expiries: u64,
+    /// Attempts to open a new ZooKeeper session after an expiry (successful or not).
+    pub reopen_attempts: u64,
 }
 
 #[derive(Default)]
@@ -202,6 +250,8 @@ pub(crate) struct Counters {
     pub(crate) keepalives: AtomicU64,
     pub(crate) grant_confirms: AtomicU64,
     pub(crate) reconnects: AtomicU64,
+    pub(crate) expiries: AtomicU64,
+    pub(crate) reopen_attempts: AtomicU64,
 }
 
 impl Counters {
@@ -218,7 +268,10 @@ pub(crate) struct Shared {
     /// How directories are created: container (removed once empty) or persistent.
     pub(crate) directory_mode: zk::CreateMode,
     pub(crate) clock: clock::LeaseClock,
-    pub(crate) counters: Counters,
+    /// Shared by every ZooKeeper session of one [`Session`], so the counts survive a reopen.
+    pub(crate) counters: Arc<Counters>,
+    /// Label lock metrics by path too ([`SessionOptions::metrics_path_labels`]).
+    pub(crate) metrics_path_labels: bool,
 }
 
 impl Shared {
@@ -234,6 +287,8 @@ impl Shared {
             keepalives: get(&c.keepalives),
             grant_confirms: get(&c.grant_confirms),
             reconnects: get(&c.reconnects),
+            expiries: get(&c.expiries),
+            reopen_attempts: get(&c.reopen_attempts),
         }
     }
 
@@ -263,15 +318,20 @@ where
     }
 }
 
+/// The handle's side of the reopening: the live ZooKeeper session, replaced after an expiry.
 struct Inner {
-    shared: Arc<Shared>,
+    current: Arc<reopen::Current>,
     connect: String,
-    keeper: tokio::task::JoinHandle<()>,
+    /// Opens a new ZooKeeper session after each expiry; `None` when reopening is off.
+    reopener: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl Drop for Inner {
     fn drop(&mut self) {
-        self.keeper.abort();
+        if let Some(reopener) = &self.reopener {
+            reopener.abort();
+        }
+        self.current.stop_keeper();
     }
 }
 
@@ -293,6 +353,14 @@ impl Drop for Inner {
 ///   about `0.6 T` after the last answered one (the crate docs' safety model).
 /// - A short disconnection that ends while the clock vouches costs nothing: leases stay, or
 ///   return from `Suspended` to, `Held`.
+/// - **It outlives an expiry.** When the ensemble expires the ZooKeeper session (or the
+///   client gives it up after 1.4 T without a server), every lease of it is reported `Lost`
+///   first; then a new ZooKeeper session is opened with the same connect string and options,
+///   retried with jittered exponential backoff while the ensemble is unreachable
+///   ([`SessionOptions::reopen_backoff`]). Leases stay bound to the session their node
+///   belongs to; new acquires use the new one, and [`id`](Self::id) and
+///   [`state_changed`](Self::state_changed) show it. Rejected credentials end it for good;
+///   [`SessionOptions::reopen_after_expiry`] turns reopening off.
 ///
 /// ```no_run
 /// # async fn f() -> zkfence::Result<()> {
@@ -309,6 +377,9 @@ impl Drop for Inner {
 #[derive(Clone)]
 pub struct Session {
     inner: Arc<Inner>,
+    /// Set for the session of a lease or a queue in progress: its operations must go to the
+    /// ZooKeeper session its node belongs to, never to a newer one.
+    bound: Option<Arc<Shared>>,
 }
 
 impl std::fmt::Debug for Session {
@@ -322,7 +393,9 @@ impl std::fmt::Debug for Session {
 }
 
 impl Session {
-    /// Connects to the ensemble and starts the lease clock.
+    /// Connects to the ensemble and starts the lease clock. Unless
+    /// [`reopen_after_expiry`](SessionOptions::reopen_after_expiry) is off, the `Session`
+    /// also opens a new ZooKeeper session whenever the ensemble expires the current one.
     ///
     /// `connect` is `host:port[,host:port...][/chroot]`.
     ///
@@ -335,146 +408,169 @@ impl Session {
     /// - [`Error::AuthFailed`] if the credentials were rejected.
     /// - [`Error::InvalidConnectString`] if `connect` cannot be parsed.
     pub async fn connect(connect: &str, options: SessionOptions) -> Result<Session> {
-        let hosts = connect.split('/').next().unwrap_or_default();
-        if hosts.is_empty() || hosts.split(',').any(|h| h.trim().is_empty()) {
-            return Err(Error::InvalidConnectString {
-                connect: connect.to_string(),
-                reason: "no host before the chroot, or an empty host between commas".into(),
-            });
-        }
-        let chroot = connect.find('/').map(|i| &connect[i..]);
-        if let Some(chroot) = chroot {
-            crate::node::validate_path(chroot).map_err(|e| Error::InvalidConnectString {
-                connect: connect.to_string(),
-                reason: format!("bad chroot: {e}"),
-            })?;
-        }
-        let connect_timeout = options.connect_timeout.unwrap_or(options.session_timeout);
-        let mut connector = zk::Client::connector().with_session_timeout(options.session_timeout);
-        for (scheme, secret) in &options.auth {
-            connector = connector.with_auth(scheme, secret);
-        }
-        let secured = security::configure(connector, &options)?;
-        let unreachable = |reason: String| Error::ConnectFailed {
-            connect: connect.to_string(),
-            timeout: connect_timeout,
-            reason,
-        };
-        let connect_sent = Instant::now();
-        let attempt = secured.connect(hosts, connect_timeout);
-        let client = match tokio::time::timeout(connect_timeout, attempt).await {
-            Err(_) => return Err(unreachable("connect timed out".into())),
-            Ok(Err(security::Failed::Found(e))) => return Err(e),
-            Ok(Err(security::Failed::Client(e))) => match e {
-                zk::Error::AuthFailed => return Err(Error::AuthFailed),
-                zk::Error::BadArguments(reason) => {
-                    return Err(Error::InvalidConnectString {
-                        connect: connect.to_string(),
-                        reason: reason.to_string(),
-                    })
-                }
-                e => return Err(unreachable(e.to_string())),
-            },
-            Ok(Ok(client)) => client,
-        };
-        let client = match chroot {
-            None => client,
-            Some(chroot) => {
-                // Before the chroot applies, the only direct call outside ops.rs: the session
-                // does not exist for zkfence yet.
-                match client.check_stat(chroot).await {
-                    Ok(Some(_)) => {}
-                    Ok(None) => {
-                        return Err(Error::ChrootMissing {
-                            chroot: chroot.to_string(),
-                        })
-                    }
-                    Err(e) => return Err(Error::zk("check chroot", chroot, e)),
-                }
-                client
-                    .chroot(chroot.to_string())
-                    .map_err(|_| Error::InvalidConnectString {
-                        connect: connect.to_string(),
-                        reason: "bad chroot".into(),
-                    })?
-            }
-        };
-        let session_timeout = client.session_timeout();
-        // At most T/8: the slack counts twice in the rule (in the report lag and before the
-        // deadline), and beyond that the clock could hardly ever vouch for the session.
-        let slack = options
-            .lease_margin
-            .unwrap_or(session_timeout / 20)
-            .min(session_timeout / 8);
-        // Between a twentieth and a third of the timeout: rarer keepalives would let the clock
-        // lapse between them (see the lease clock's rule).
-        let keepalive_interval = options
-            .keepalive_interval
-            .unwrap_or(session_timeout / 6)
-            .clamp(session_timeout / 20, session_timeout / 3);
-        let acls = options.acls.clone().unwrap_or_else(|| {
-            if options.auth.is_empty() && !options.security.authenticates() {
-                zk::Acls::anyone_all().to_vec()
-            } else {
-                zk::Acls::creator_all().to_vec()
-            }
+        let counters = Arc::new(Counters::default());
+        let (shared, keeper) = open(connect, &options, counters, false).await?;
+        let current = Arc::new(reopen::Current::new(shared, &keeper));
+        let reopener = options.reopen_after_expiry.then(|| {
+            tokio::spawn(reopen::reopen(
+                current.clone(),
+                keeper,
+                connect.to_string(),
+                options.clone(),
+            ))
         });
-        let shared = Arc::new(Shared {
-            client: client.clone(),
-            session_timeout,
-            acls,
-            directory_mode: if options.persistent_directories {
-                zk::CreateMode::Persistent
-            } else {
-                zk::CreateMode::Container
-            },
-            // The leader created the session after we sent the connect request.
-            clock: clock::LeaseClock::new(session_timeout, slack, keepalive_interval, connect_sent),
-            counters: Counters::default(),
-        });
-        let keeper = tokio::spawn(clock::keep(shared.clone(), client.state_watcher()));
-        tracing::info!(
-            session_id = %client.session_id(),
-            timeout_ms = session_timeout.as_millis() as u64,
-            "zookeeper session established"
-        );
+        if reopener.is_none() {
+            current.stop_reopening();
+        }
         Ok(Session {
             inner: Arc::new(Inner {
-                shared,
+                current,
                 connect: connect.to_string(),
-                keeper,
+                reopener,
             }),
+            bound: None,
         })
     }
 
-    pub(crate) fn shared(&self) -> &Arc<Shared> {
-        &self.inner.shared
+    /// The ZooKeeper session operations go to: the bound one, or the live one.
+    pub(crate) fn shared(&self) -> Arc<Shared> {
+        match &self.bound {
+            Some(shared) => shared.clone(),
+            None => self.inner.current.live(),
+        }
     }
 
-    /// The session id the ensemble assigned.
+    /// This handle without its binding: what recipes made from a lease's session use, so
+    /// that they follow the live ZooKeeper session.
+    pub(crate) fn unbound(&self) -> Session {
+        Session {
+            inner: self.inner.clone(),
+            bound: None,
+        }
+    }
+
+    /// True if, after an expiry, this handle goes on with a new ZooKeeper session: reopening
+    /// is on, and the session was neither closed nor refused by the ensemble. (A lease's
+    /// session, bound to its own ZooKeeper session, never does.)
+    ///
+    /// ```no_run
+    /// # async fn f(session: zkfence::Session) {
+    /// match session.lock("/locks/backup").acquire().await {
+    ///     Err(zkfence::Error::SessionExpired) if session.reopens() => { /* queue again */ }
+    ///     _ => {}
+    /// }
+    /// # }
+    /// ```
+    pub fn reopens(&self) -> bool {
+        self.bound.is_none() && self.inner.current.reopening()
+    }
+
+    /// This handle bound to the live ZooKeeper session, for a queue node and the lease it
+    /// becomes. Right after an expiry, while a new session is being opened, waits for it
+    /// until `deadline`; past the deadline, or when no new session will come, fails with the
+    /// ended session's error.
+    pub(crate) async fn bind(&self, deadline: Option<Instant>) -> Result<Session> {
+        let shared = match &self.bound {
+            Some(shared) => shared.clone(),
+            None => self.inner.current.live_or_next(deadline).await,
+        };
+        // Nothing new is started on a session that ended (closed, or expired for good).
+        if let Some(err) = shared.session_ended() {
+            return Err(err);
+        }
+        Ok(Session {
+            inner: self.inner.clone(),
+            bound: Some(shared),
+        })
+    }
+
+    /// Closes the session for good: stops reopening, reports every lease of it
+    /// [`Lost`](crate::LeaseState::Lost)`(SessionClosed)` at once and deletes their nodes,
+    /// and waits until the server has ended the ZooKeeper session. Clones of this `Session`
+    /// see [`SessionState::Closed`] from then on.
+    ///
+    /// The client library ends a ZooKeeper session when the last handle on it is gone, so
+    /// drop the other clones and the (now lost) leases first: if some remain, `close` waits
+    /// for them at most one session timeout, then returns with their nodes deleted; the
+    /// server ends the session when they drop.
+    ///
+    /// ```no_run
+    /// # async fn f(session: zkfence::Session) {
+    /// session.close().await;
+    /// # }
+    /// ```
+    ///
+    /// # Cancel safety
+    /// Cancel safe: once called, the session is closed whether or not the future is polled
+    /// to the end; dropping it only stops waiting for the server.
+    ///
+    /// # Notable errors
+    /// None: a session that had already ended returns at once.
+    pub async fn close(self) {
+        if let Some(reopener) = &self.inner.reopener {
+            reopener.abort();
+        }
+        self.inner.current.stop_reopening();
+        let shared = self.shared();
+        let mut states = shared.client.state_watcher();
+        let timeout = shared.session_timeout;
+        if shared.clock.now().state.is_terminal() {
+            return;
+        }
+        tracing::info!(session_id = %shared.client.session_id(), "closing the zookeeper session");
+        // Told first, then the nodes go (while the session still lets us send), then the
+        // session is marked closed; the server ends it once the last handle is gone.
+        shared
+            .clock
+            .lose_all(crate::error::LossReason::SessionClosed);
+        let deletes = shared.clock.held_nodes();
+        let deleted =
+            futures::future::join_all(deletes.iter().map(|n| shared.delete_until_gone(n)));
+        let _ = tokio::time::timeout(timeout, deleted).await;
+        shared.clock.mark_closed();
+        self.inner.current.stop_keeper();
+        drop(shared);
+        drop(self);
+        let ended = async {
+            use zookeeper_client::SessionState as Zs;
+            while !matches!(
+                states.changed().await,
+                Zs::Closed | Zs::Expired | Zs::AuthFailed
+            ) {}
+        };
+        if tokio::time::timeout(timeout, ended).await.is_err() {
+            tracing::warn!("other handles on the closed session remain: it ends when they drop");
+        }
+    }
+
+    /// The id the ensemble assigned to the current ZooKeeper session (for a lease's
+    /// session, the one the lease lives on). It changes when a new session replaces an
+    /// expired one.
     pub fn id(&self) -> i64 {
-        self.inner.shared.client.session_id().0
+        self.shared().client.session_id().0
     }
 
     /// The negotiated session timeout: the lease's time to live.
     pub fn session_timeout(&self) -> Duration {
-        self.inner.shared.session_timeout
+        self.shared().session_timeout
     }
 
     /// The session's state now.
     pub fn state(&self) -> SessionState {
-        self.inner.shared.clock.now().state
+        self.shared().clock.now().state
     }
 
     /// Until when the lease clock vouches for the session, or `None` if it has lapsed or the
     /// session ended.
     pub fn valid_until(&self) -> Option<Instant> {
-        let c = self.inner.shared.clock.now();
+        let c = self.shared().clock.now();
         (c.holds(c.epoch, Instant::now())).then_some(c.valid_until)
     }
 
-    /// Waits for the next change of [`state`](Self::state) and returns the new state.
-    /// Returns at once with the terminal state if the session has ended.
+    /// Waits for the next change of [`state`](Self::state) and returns the new state. After
+    /// an expiry, the next change is the new ZooKeeper session's `Connected`. Returns at once
+    /// with the terminal state if the session has ended for good (closed, authentication
+    /// failed, or expired without reopening).
     ///
     /// # Cancel safety
     /// Cancel safe: it only observes.
@@ -482,18 +578,34 @@ impl Session {
     /// # Notable errors
     /// None: a session that ended reports its terminal state.
     pub async fn state_changed(&self) -> SessionState {
-        let mut rx = self.inner.shared.clock.clock.subscribe();
-        let start = rx.borrow_and_update().state;
-        if start.is_terminal() {
-            return start;
-        }
+        let start = self.state();
+        let mut sessions = self.inner.current.subscribe();
         loop {
-            if rx.changed().await.is_err() {
-                return SessionState::Closed;
-            }
-            let now = rx.borrow_and_update().state;
+            let shared = match &self.bound {
+                Some(shared) => shared.clone(),
+                None => sessions.borrow_and_update().clone(),
+            };
+            let mut clock = shared.clock.clock.subscribe();
+            let now = clock.borrow_and_update().state;
             if now != start {
                 return now;
+            }
+            // Only an unbound handle follows its Session into a new ZooKeeper session.
+            let next_session_may_come = self.bound.is_none() && self.inner.current.reopening();
+            if now.is_terminal() && !next_session_may_come {
+                return now;
+            }
+            tokio::select! {
+                changed = clock.changed(), if !now.is_terminal() => {
+                    if changed.is_err() {
+                        return SessionState::Closed;
+                    }
+                }
+                changed = sessions.changed(), if next_session_may_come => {
+                    if changed.is_err() {
+                        return self.state();
+                    }
+                }
             }
         }
     }
@@ -518,7 +630,7 @@ impl Session {
     /// # Notable errors
     /// None: `None` stands for a lapsed clock or an ended session.
     pub async fn valid_until_changed(&self) -> Option<Instant> {
-        let mut rx = self.inner.shared.clock.clock.subscribe();
+        let mut rx = self.shared().clock.clock.subscribe();
         if rx.borrow_and_update().state.is_terminal() {
             return None;
         }
@@ -541,14 +653,134 @@ impl Session {
         self.valid_until()
     }
 
-    /// Request counters of this session.
+    /// Request counters of this session, summed over its ZooKeeper sessions.
     pub fn metrics(&self) -> SessionMetrics {
-        self.inner.shared.metrics()
+        self.shared().metrics()
     }
 
-    /// The underlying `zookeeper-client` client, for operations zkfence does not wrap. Nodes
-    /// created through it are not tracked by zkfence.
-    pub fn client(&self) -> &zk::Client {
-        &self.inner.shared.client
+    /// The underlying `zookeeper-client` client of the current ZooKeeper session, for
+    /// operations zkfence does not wrap. Nodes created through it are not tracked by
+    /// zkfence, and after an expiry it is a client of the expired session: ask again.
+    pub fn client(&self) -> zk::Client {
+        self.shared().client.clone()
     }
+}
+
+/// Opens one ZooKeeper session and starts its lease clock's keeper. `fail_eagerly`: give up
+/// once every server refused, instead of cycling through them until the connect timeout (a
+/// reopen has its own backoff between attempts).
+async fn open(
+    connect: &str,
+    options: &SessionOptions,
+    counters: Arc<Counters>,
+    fail_eagerly: bool,
+) -> Result<(Arc<Shared>, tokio::task::JoinHandle<()>)> {
+    let hosts = connect.split('/').next().unwrap_or_default();
+    if hosts.is_empty() || hosts.split(',').any(|h| h.trim().is_empty()) {
+        return Err(Error::InvalidConnectString {
+            connect: connect.to_string(),
+            reason: "no host before the chroot, or an empty host between commas".into(),
+        });
+    }
+    let chroot = connect.find('/').map(|i| &connect[i..]);
+    if let Some(chroot) = chroot {
+        crate::node::validate_path(chroot).map_err(|e| Error::InvalidConnectString {
+            connect: connect.to_string(),
+            reason: format!("bad chroot: {e}"),
+        })?;
+    }
+    let connect_timeout = options.connect_timeout.unwrap_or(options.session_timeout);
+    let mut connector = zk::Client::connector().with_session_timeout(options.session_timeout);
+    if fail_eagerly {
+        connector = connector.with_fail_eagerly();
+    }
+    for (scheme, secret) in &options.auth {
+        connector = connector.with_auth(scheme, secret);
+    }
+    let secured = security::configure(connector, options)?;
+    let unreachable = |reason: String| Error::ConnectFailed {
+        connect: connect.to_string(),
+        timeout: connect_timeout,
+        reason,
+    };
+    let connect_sent = Instant::now();
+    let attempt = secured.connect(hosts, connect_timeout);
+    let client = match tokio::time::timeout(connect_timeout, attempt).await {
+        Err(_) => return Err(unreachable("connect timed out".into())),
+        Ok(Err(security::Failed::Found(e))) => return Err(e),
+        Ok(Err(security::Failed::Client(e))) => match e {
+            zk::Error::AuthFailed => return Err(Error::AuthFailed),
+            zk::Error::BadArguments(reason) => {
+                return Err(Error::InvalidConnectString {
+                    connect: connect.to_string(),
+                    reason: reason.to_string(),
+                })
+            }
+            e => return Err(unreachable(e.to_string())),
+        },
+        Ok(Ok(client)) => client,
+    };
+    let client = match chroot {
+        None => client,
+        Some(chroot) => {
+            // Before the chroot applies, the only direct call outside ops.rs: the session
+            // does not exist for zkfence yet.
+            match client.check_stat(chroot).await {
+                Ok(Some(_)) => {}
+                Ok(None) => {
+                    return Err(Error::ChrootMissing {
+                        chroot: chroot.to_string(),
+                    })
+                }
+                Err(e) => return Err(Error::zk("check chroot", chroot, e)),
+            }
+            client
+                .chroot(chroot.to_string())
+                .map_err(|_| Error::InvalidConnectString {
+                    connect: connect.to_string(),
+                    reason: "bad chroot".into(),
+                })?
+        }
+    };
+    let session_timeout = client.session_timeout();
+    // At most T/8: the slack counts twice in the rule (in the report lag and before the
+    // deadline), and beyond that the clock could hardly ever vouch for the session.
+    let slack = options
+        .lease_margin
+        .unwrap_or(session_timeout / 20)
+        .min(session_timeout / 8);
+    // Between a twentieth and a third of the timeout: rarer keepalives would let the clock
+    // lapse between them (see the lease clock's rule).
+    let keepalive_interval = options
+        .keepalive_interval
+        .unwrap_or(session_timeout / 6)
+        .clamp(session_timeout / 20, session_timeout / 3);
+    let acls = options.acls.clone().unwrap_or_else(|| {
+        if options.auth.is_empty() && !options.security.authenticates() {
+            zk::Acls::anyone_all().to_vec()
+        } else {
+            zk::Acls::creator_all().to_vec()
+        }
+    });
+    let shared = Arc::new(Shared {
+        client: client.clone(),
+        session_timeout,
+        acls,
+        directory_mode: if options.persistent_directories {
+            zk::CreateMode::Persistent
+        } else {
+            zk::CreateMode::Container
+        },
+        // The leader created the session after we sent the connect request.
+        clock: clock::LeaseClock::new(session_timeout, slack, keepalive_interval, connect_sent),
+        counters,
+        metrics_path_labels: options.metrics_path_labels,
+    });
+    let keeper = tokio::spawn(clock::keep(shared.clone(), client.state_watcher()));
+    tracing::info!(
+        session_id = %client.session_id(),
+        timeout_ms = session_timeout.as_millis() as u64,
+        "zookeeper session established"
+    );
+    Ok((shared, keeper))
 }

@@ -59,15 +59,17 @@ pub async fn run(bench: &Bench, report: &mut Report) -> Result<()> {
         ))
         .ratio(format!("{handoffs_per_s:.0} handoffs/s at depth"))
         .goal(
-            // Exact, up to one: a count of whole notifications over whole releases, where the
-            // one waiter that was second in line when it set its watches also watches its own
-            // node (the grant's proof that it exists) and hears its own release once. A herd
-            // would be hundreds more.
+            // Exact, up to one per session: a count of whole notifications over whole
+            // releases, where the one waiter that was second in line when it set its watches
+            // also watches its own node (the grant's proof that it exists) and hears its own
+            // release once, and a ping or keepalive of a session may straddle the first
+            // `cons` snapshot (received before it, answered after: one "sent" too many; seen
+            // in CI as 1,002 over 1,000 on a loaded machine). A herd would be hundreds more.
             Goal::equals(
                 "herd.wakeups_per_release",
                 notifications,
                 PROTOCOL_NOTIFICATIONS,
-                1.5 / releases,
+                (1.5 + bench.plan.waiter_sessions as f64) / releases,
             )
             .shown_as("notifications = 1")
             .checked()

@@ -1,0 +1,218 @@
+//! Services that run for months: a `Session` outlives the expiry of its ZooKeeper session,
+//! retries with backoff while the ensemble is down, and closes for good when told to.
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::*;
+use tokio::time::Instant;
+use zkfence::{Error, LeaseState, Session, SessionOptions, SessionState};
+
+const T: Duration = Duration::from_secs(2);
+
+/// Records every state change of `session` with its instant and the session id after it.
+fn record_states(session: &Session) -> Arc<Mutex<Vec<(SessionState, Instant, i64)>>> {
+    let log = Arc::new(Mutex::new(vec![]));
+    let (session, record) = (session.clone(), log.clone());
+    tokio::spawn(async move {
+        loop {
+            let state = session.state_changed().await;
+            record
+                .lock()
+                .unwrap()
+                .push((state, Instant::now(), session.id()));
+            if state == SessionState::Closed || state == SessionState::AuthFailed {
+                return;
+            }
+        }
+    });
+    log
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_session_reopens_after_its_leases_are_lost() {
+    let zk = shared_ensemble();
+    let dir = unique_path("reopen");
+    let proxy = zk.proxy().await.unwrap();
+    let session = connect(&proxy.connect_string(), T).await;
+    let admin = connect(&zk.connect_string(), T).await;
+    let states = record_states(&session);
+    let first_id = session.id();
+    let lease = session.lock(&dir).acquire().await.unwrap();
+    let old_node = lease.path().to_string();
+
+    let lost = lease.lost();
+    proxy.blackhole();
+    let reason = within(3 * T, "the holder hears lost", lost).await;
+    let lost_at = Instant::now();
+    eventually(
+        Duration::from_secs(10),
+        "the server expired the session",
+        || async { children(&admin, &dir).await.is_empty() },
+    )
+    .await;
+    proxy.heal();
+    eventually(
+        Duration::from_secs(15),
+        "a new zookeeper session",
+        || async { session.state() == SessionState::Connected && session.id() != first_id },
+    )
+    .await;
+
+    // Nothing of the old session looked held once the new one existed.
+    let log = states.lock().unwrap().clone();
+    let (_, reopened_at, _) = *log
+        .iter()
+        .find(|(state, _, id)| *state == SessionState::Connected && *id != first_id)
+        .unwrap_or_else(|| panic!("no Connected of a new session in {log:?}"));
+    assert!(
+        lost_at <= reopened_at,
+        "lost {:?} after the new session existed ({reason})",
+        lost_at - reopened_at
+    );
+    assert!(
+        log.iter()
+            .any(|(state, _, _)| *state == SessionState::Expired),
+        "the expiry shows in the states: {log:?}"
+    );
+    assert!(matches!(lease.state(), LeaseState::Lost(_)));
+    assert_eq!(lease.session().state(), SessionState::Expired);
+    assert_eq!(
+        lease.session().id(),
+        first_id,
+        "a lease keeps its own session"
+    );
+    let metrics = session.metrics();
+    assert_eq!(metrics.expiries, 1);
+    assert!(metrics.reopen_attempts >= 1);
+
+    // The same Session acquires again, on the new session, with a larger token; the old node
+    // is gone.
+    let again = session.lock(&dir).acquire().await.unwrap();
+    assert!(again.token() > lease.token());
+    assert_eq!(again.session().id(), session.id());
+    assert!(admin
+        .client()
+        .check_stat(&old_node)
+        .await
+        .unwrap()
+        .is_none());
+    assert!(matches!(lease.release().await, Err(Error::SessionExpired)));
+    again.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_session_retries_with_backoff_while_the_ensemble_is_down() {
+    let zk = own_ensemble(1).await;
+    let (initial, max) = (Duration::from_millis(200), Duration::from_millis(800));
+    let session = Session::connect(
+        &zk.connect_string(),
+        SessionOptions::new()
+            .session_timeout(T)
+            .connect_timeout(Duration::from_secs(1))
+            .reopen_backoff(initial, max),
+    )
+    .await
+    .unwrap();
+    let first_id = session.id();
+    let lease = session.lock(&unique_path("down")).acquire().await.unwrap();
+
+    let stopped = {
+        let zk = &zk;
+        tokio::task::block_in_place(|| zk.stop(0));
+        Instant::now()
+    };
+    // The client gives its session up after 1.4 T without a server (zookeeper-client's
+    // rule), then the Session tries to open a new one, pausing between attempts.
+    eventually(
+        Duration::from_secs(10),
+        "the session is given up for expired",
+        || async { session.metrics().expiries == 1 },
+    )
+    .await;
+    assert!(matches!(lease.state(), LeaseState::Lost(_)));
+    eventually(Duration::from_secs(10), "a few attempts fail", || async {
+        session.metrics().reopen_attempts >= 4
+    })
+    .await;
+    let expired_for = stopped.elapsed();
+    zk.start(0).await.unwrap();
+    let started = Instant::now();
+    eventually(Duration::from_secs(15), "a new session", || async {
+        session.state() == SessionState::Connected && session.id() != first_id
+    })
+    .await;
+    let attempts = session.metrics().reopen_attempts;
+    // Pauses of at least 200, 400, 800, 800, ... ms: a busy loop would make hundreds of
+    // attempts in this time; the schedule allows one per pause, plus the successful one.
+    let window = started.elapsed() + expired_for;
+    let mut allowed = 1;
+    let (mut pause, mut spent) = (initial, Duration::ZERO);
+    while spent < window {
+        spent += pause;
+        pause = (pause * 2).min(max);
+        allowed += 1;
+    }
+    assert!(
+        (4..=allowed).contains(&attempts),
+        "{attempts} attempts in {window:?} (backoff allows {allowed})"
+    );
+    // And it works again: a fresh lock is granted on the new session.
+    let fresh = session
+        .lock(&unique_path("down-after"))
+        .acquire()
+        .await
+        .unwrap();
+    assert_eq!(fresh.session().id(), session.id());
+    fresh.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn close_ends_the_session_at_the_server_and_stops_reopening() {
+    let zk = shared_ensemble();
+    let dir = unique_path("close");
+    let session = connect(&zk.connect_string(), T).await;
+    let admin = connect(&zk.connect_string(), T).await;
+    let id = session.id();
+    let lease = session.lock(&dir).acquire().await.unwrap();
+    let node = lease.path().to_string();
+    let waiter = admin.lock(&dir);
+    let waiting = tokio::spawn(async move { waiter.acquire().await });
+    until_children(&admin, &dir, 2).await;
+
+    // The lease is told at once and its node deleted, so the waiter is granted; close returns
+    // once the server ended the session (the lease, dropped, was the last other handle).
+    let lease_session = lease.session().clone();
+    let closing = tokio::spawn(session.close());
+    let reason = within(T, "the lease hears lost", lease.lost()).await;
+    assert_eq!(reason, zkfence::LossReason::SessionClosed);
+    let granted = within(T, "the waiter is granted", waiting)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(admin.client().check_stat(&node).await.unwrap().is_none());
+    assert_eq!(lease_session.state(), SessionState::Closed);
+    // A closed session opens nothing new.
+    assert!(matches!(
+        lease_session.lock(&dir).try_acquire().await,
+        Err(Error::SessionClosed)
+    ));
+    drop((lease, lease_session));
+    let started = Instant::now();
+    within(T, "close returns", closing).await.unwrap();
+    assert!(
+        started.elapsed() < T,
+        "close waited for its timeout, not the server"
+    );
+    // The server no longer knows the session: no connection of it is left.
+    for i in 0..3 {
+        let cons = zk.connections(i).await.unwrap();
+        assert!(
+            !cons.iter().any(|c| c.session_id == Some(id)),
+            "session {id:#x} still connected: {cons:?}"
+        );
+    }
+    granted.release().await.unwrap();
+}
