@@ -59,13 +59,19 @@ impl Failure {
 /// The exit code that fits a library error.
 pub fn code_of(err: &Error) -> u8 {
     match err {
-        Error::InvalidPath { .. } | Error::InvalidConnectString { .. } => USAGE,
+        // A TLS file that cannot be used, or a plaintext client pointed at a TLS port: the
+        // command line is wrong, not the ensemble.
+        Error::InvalidPath { .. }
+        | Error::InvalidConnectString { .. }
+        | Error::TlsConfig { .. }
+        | Error::TlsRequired { .. } => USAGE,
         Error::ConnectFailed { .. }
         | Error::SessionExpired
         | Error::SessionClosed
         | Error::NoAnswer { .. }
         | Error::ChrootMissing { .. } => UNAVAILABLE,
-        Error::AuthFailed | Error::NoAuth { .. } => DENIED,
+        // The server's certificate was not trusted, or ours was refused: identities failed.
+        Error::AuthFailed | Error::NoAuth { .. } | Error::TlsHandshake { .. } => DENIED,
         Error::Timeout { .. } => TIMEOUT,
         Error::LockLost { .. } => LOST,
         _ => ERROR,

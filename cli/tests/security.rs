@@ -161,6 +161,44 @@ async fn exec_and_status_over_tls_and_sasl() {
         ran.stderr
     );
 
+    // A CA file that is not there is the command line's fault (exit 2, naming the file); a
+    // plaintext client on the TLS port too; a server certificate nobody vouches for is an
+    // identity that failed (exit 4).
+    let missing = "/nonexistent/zkfence-ca.pem";
+    let ran = run(zkfence(
+        &zk.secure_connect_string(),
+        &["--tls-ca", missing, "status", &lock],
+    ))
+    .await;
+    assert_eq!(ran.code, Some(2), "{}", ran.stderr);
+    assert!(ran.stderr.contains(missing), "{}", ran.stderr);
+    let ran = run(zkfence(
+        &zk.secure_connect_string(),
+        &["--session-timeout", "4s", "status", &lock],
+    ))
+    .await;
+    assert_eq!(ran.code, Some(2), "{}", ran.stderr);
+    let stranger_dir = std::env::temp_dir().join(format!(
+        "zkfence-stranger-ca-{}",
+        uuid::Uuid::new_v4().simple()
+    ));
+    let stranger = zkfence_testcontainers::TlsMaterial::generate(&stranger_dir).unwrap();
+    let stranger_ca = stranger.ca_cert().display().to_string();
+    let ran = run(zkfence(
+        &zk.secure_connect_string(),
+        &[
+            "--session-timeout",
+            "4s",
+            "--tls-ca",
+            &stranger_ca,
+            "status",
+            &lock,
+        ],
+    ))
+    .await;
+    assert_eq!(ran.code, Some(4), "{}", ran.stderr);
+    let _ = std::fs::remove_dir_all(&stranger_dir);
+
     // The holder was never disturbed.
     assert_eq!(lease.state(), zkfence::LeaseState::Held);
     lease.release().await.unwrap();
