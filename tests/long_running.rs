@@ -216,3 +216,60 @@ async fn close_ends_the_session_at_the_server_and_stops_reopening() {
     }
     granted.release().await.unwrap();
 }
+
+/// Rejected credentials end the session for good: when the reopen after an expiry is refused
+/// (the server's password for the user changed while it was down), the `Session` stops
+/// trying instead of retrying forever.
+#[cfg(feature = "sasl")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rejected_credentials_stop_the_reopening() {
+    let zk = zkfence_testcontainers::Ensemble::builder()
+        .nodes(1)
+        .tick_time(TICK)
+        .sasl_digest_users(&[("alice", "first-password")])
+        .start()
+        .await
+        .unwrap();
+    let session = Session::connect(
+        &zk.connect_string(),
+        SessionOptions::new()
+            .session_timeout(T)
+            .connect_timeout(Duration::from_secs(2))
+            .reopen_backoff(Duration::from_millis(100), Duration::from_millis(200))
+            .sasl_digest("alice", "first-password"),
+    )
+    .await
+    .unwrap();
+    let lease = session.lock(&unique_path("auth")).acquire().await.unwrap();
+
+    // Down past 1.4 T, so the client gives the session up; meanwhile alice's password changes.
+    tokio::task::block_in_place(|| zk.stop(0));
+    eventually(
+        Duration::from_secs(10),
+        "the session is given up",
+        || async { session.metrics().expiries == 1 },
+    )
+    .await;
+    assert!(matches!(lease.state(), LeaseState::Lost(_)));
+    let jaas = zk.dir().join("jaas.conf");
+    let text = std::fs::read_to_string(&jaas).unwrap();
+    std::fs::write(&jaas, text.replace("first-password", "second-password")).unwrap();
+    zk.start(0).await.unwrap();
+
+    eventually(
+        Duration::from_secs(15),
+        "the Session stops reopening",
+        || async { !session.reopens() },
+    )
+    .await;
+    let attempts = session.metrics().reopen_attempts;
+    assert!(attempts >= 1);
+    // No more attempts: ten backoff periods later the count has not moved.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(session.metrics().reopen_attempts, attempts);
+    assert_eq!(session.state(), SessionState::Expired);
+    assert!(matches!(
+        session.lock(&unique_path("auth-after")).try_acquire().await,
+        Err(Error::SessionExpired)
+    ));
+}

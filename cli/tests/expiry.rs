@@ -13,6 +13,23 @@ use tokio::io::AsyncReadExt;
 
 const T: Duration = Duration::from_secs(2);
 
+/// Waits (at most 10 s, else panics with `what`) for the process to exit: its exit code and
+/// what it wrote on stderr.
+async fn exit_of(mut cli: tokio::process::Child, what: &str) -> (Option<i32>, String) {
+    let status = tokio::time::timeout(Duration::from_secs(10), cli.wait())
+        .await
+        .unwrap_or_else(|_| panic!("timed out: {what}"))
+        .unwrap();
+    let mut stderr = String::new();
+    cli.stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .await
+        .unwrap();
+    (status.code(), stderr)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn elect_campaigns_again_after_its_session_expired() {
     let zk = shared_ensemble();
@@ -67,18 +84,8 @@ async fn elect_campaigns_again_after_its_session_expired() {
     assert_ne!(second_term, first_term, "a new term, with a new token");
 
     signal(&cli, libc::SIGTERM);
-    let status = tokio::time::timeout(Duration::from_secs(10), cli.wait())
-        .await
-        .expect("zkfence exits on SIGTERM")
-        .unwrap();
-    let mut stderr = String::new();
-    cli.stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut stderr)
-        .await
-        .unwrap();
-    assert_eq!(status.code(), Some(128 + libc::SIGTERM), "{stderr}");
+    let (code, stderr) = exit_of(cli, "zkfence exits on SIGTERM").await;
+    assert_eq!(code, Some(128 + libc::SIGTERM), "{stderr}");
     assert!(stderr.contains("campaigning again"), "{stderr}");
     assert!(children(&observer, &path).await.is_empty(), "{stderr}");
 }
@@ -128,18 +135,8 @@ async fn exec_waiting_when_its_session_expires_queues_again() {
     holder.release().await.unwrap();
     let ran = next_line(&mut cli, Duration::from_secs(20)).await;
     assert!(ran.starts_with("ran with "), "{ran}");
-    let status = tokio::time::timeout(Duration::from_secs(10), cli.wait())
-        .await
-        .expect("zkfence exits after CMD")
-        .unwrap();
-    let mut stderr = String::new();
-    cli.stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut stderr)
-        .await
-        .unwrap();
-    assert_eq!(status.code(), Some(0), "{stderr}");
+    let (code, stderr) = exit_of(cli, "zkfence exits after CMD").await;
+    assert_eq!(code, Some(0), "{stderr}");
     assert!(
         stderr.contains("lost our place in the queue; queueing again"),
         "{stderr}"
