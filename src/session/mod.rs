@@ -29,8 +29,10 @@ pub(crate) use ops::{
 ///     .session_timeout(Duration::from_secs(10))
 ///     .connect_timeout(Duration::from_secs(3))
 ///     .auth("digest", b"app:secret");
+/// // Secrets never show in logs.
+/// assert!(!format!("{options:?}").contains("secret"));
 /// ```
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct SessionOptions {
     session_timeout: Duration,
     connect_timeout: Option<Duration>,
@@ -43,6 +45,31 @@ pub struct SessionOptions {
     reopen_backoff: (Duration, Duration),
     metrics_path_labels: bool,
     security: security::Security,
+}
+
+/// Everything but secrets: the credentials of `auth` show as their scheme only, so options
+/// can be logged.
+impl std::fmt::Debug for SessionOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let auth: Vec<String> = self
+            .auth
+            .iter()
+            .map(|(scheme, _)| format!("{scheme}:<redacted>"))
+            .collect();
+        f.debug_struct("SessionOptions")
+            .field("session_timeout", &self.session_timeout)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("auth", &auth)
+            .field("acls", &self.acls)
+            .field("lease_margin", &self.lease_margin)
+            .field("keepalive_interval", &self.keepalive_interval)
+            .field("persistent_directories", &self.persistent_directories)
+            .field("reopen_after_expiry", &self.reopen_after_expiry)
+            .field("reopen_backoff", &self.reopen_backoff)
+            .field("metrics_path_labels", &self.metrics_path_labels)
+            .field("security", &self.security)
+            .finish()
+    }
 }
 
 impl Default for SessionOptions {
