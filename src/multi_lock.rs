@@ -362,16 +362,13 @@ impl MultiLock {
             Ok(grants.into_iter().collect::<Option<Vec<Grant>>>())
         }
         .await;
+        telemetry::tried(&tag, started.elapsed(), &result);
         match result {
             Ok(Some(grants)) => {
                 pending.disarm();
-                telemetry::granted(&tag, started.elapsed());
                 Ok(Some(self.lease(grants, claim).await?))
             }
             other => {
-                if matches!(other, Ok(None)) {
-                    telemetry::timed_out(&tag);
-                }
                 pending.cleanup().await;
                 other.map(|_| None)
             }
@@ -429,16 +426,13 @@ impl MultiLock {
                 .timeout_error(&queues, &pending, &granted, started.elapsed())
                 .await),
         };
+        telemetry::waited(&tag, started.elapsed(), &result);
         match result {
             Ok(grants) => {
                 pending.disarm();
-                telemetry::granted(&tag, started.elapsed());
                 Ok(grants)
             }
             Err(err) => {
-                if matches!(err, Error::Timeout { .. }) {
-                    telemetry::timed_out(&tag);
-                }
                 pending.cleanup().await;
                 Err(err)
             }

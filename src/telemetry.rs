@@ -101,6 +101,30 @@ pub(crate) fn timed_out(tag: &Tag) {
     imp::counter(imp::TIMEOUTS, tag, None).increment(1);
 }
 
+/// How an acquire that may wait ended: granted, or given up at its deadline (`Timeout`);
+/// other errors count as neither.
+#[inline]
+#[allow(unused_variables)]
+pub(crate) fn waited<T>(tag: &Tag, waited: Duration, result: &crate::error::Result<T>) {
+    match result {
+        Ok(_) => granted(tag, waited),
+        Err(crate::error::Error::Timeout { .. }) => timed_out(tag),
+        Err(_) => {}
+    }
+}
+
+/// How a try ended: granted (`Some`), or found the lock taken (`None`); errors count as
+/// neither.
+#[inline]
+#[allow(unused_variables)]
+pub(crate) fn tried<T>(tag: &Tag, waited: Duration, result: &crate::error::Result<Option<T>>) {
+    match result {
+        Ok(Some(_)) => granted(tag, waited),
+        Ok(None) => timed_out(tag),
+        Err(_) => {}
+    }
+}
+
 /// When a waiter was told that someone ahead of it left (zero-sized without the feature).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Woke {

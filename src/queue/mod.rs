@@ -380,16 +380,13 @@ impl Queue {
                 holder: self.describe(progress.holder.as_deref()).await,
             }),
         };
+        telemetry::waited(&tag, started.elapsed(), &result);
         match result {
             Ok(grant) => {
                 pending.disarm();
-                telemetry::granted(&tag, started.elapsed());
                 Ok(grant)
             }
             Err(err) => {
-                if matches!(err, Error::Timeout { .. }) {
-                    telemetry::timed_out(&tag);
-                }
                 pending.cleanup().await;
                 Err(err)
             }
@@ -442,16 +439,13 @@ impl Queue {
             }
         }
         .await;
+        telemetry::tried(&tag, started.elapsed(), &result);
         match result {
             Ok(Some(grant)) => {
                 pending.disarm();
-                telemetry::granted(&tag, started.elapsed());
                 Ok(Some(grant))
             }
             other => {
-                if matches!(other, Ok(None)) {
-                    telemetry::timed_out(&tag);
-                }
                 pending.cleanup().await;
                 other
             }

@@ -550,10 +550,8 @@ impl Session {
         shared
             .clock
             .lose_all(crate::error::LossReason::SessionClosed);
-        let deletes = shared.clock.held_nodes();
-        let deleted =
-            futures::future::join_all(deletes.iter().map(|n| shared.delete_until_gone(n)));
-        let _ = tokio::time::timeout(timeout, deleted).await;
+        let nodes = shared.clock.held_nodes();
+        let _ = tokio::time::timeout(timeout, shared.delete_all_until_gone(&nodes)).await;
         shared.clock.mark_closed();
         self.inner.current.stop_keeper();
         drop(shared);
