@@ -11,6 +11,11 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+/// Rewrites the first message a client sends on a connection before any byte of it reaches
+/// the server: given the bytes read so far, `None` asks for more, `Some(bytes)` is what to
+/// send in their place (the rest of the stream is relayed as it is).
+pub(crate) type FirstMessage = fn(&[u8]) -> Option<Vec<u8>>;
+
 /// What the proxy currently does with traffic.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Mode {
@@ -59,6 +64,14 @@ impl FaultProxy {
     /// Starts a proxy with one listener on `127.0.0.1` (on a port the OS picks) per
     /// upstream address, in the same order.
     pub async fn start(upstreams: Vec<SocketAddr>) -> io::Result<FaultProxy> {
+        FaultProxy::start_rewriting(upstreams.into_iter().map(|u| (u, None)).collect()).await
+    }
+
+    /// [`start`](Self::start), with a rewrite of the first message of every connection to
+    /// each upstream that has one.
+    pub(crate) async fn start_rewriting(
+        upstreams: Vec<(SocketAddr, Option<FirstMessage>)>,
+    ) -> io::Result<FaultProxy> {
         let (state, _) = watch::channel(State {
             mode: Mode::Forward,
             epoch: 0,
@@ -66,12 +79,13 @@ impl FaultProxy {
         let live = Arc::new(AtomicUsize::new(0));
         let mut listen_addrs = Vec::with_capacity(upstreams.len());
         let mut accept_tasks = Vec::with_capacity(upstreams.len());
-        for &upstream in &upstreams {
+        for &(upstream, first) in &upstreams {
             let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await?;
             listen_addrs.push(listener.local_addr()?);
             accept_tasks.push(tokio::spawn(accept_loop(
                 listener,
                 upstream,
+                first,
                 state.subscribe(),
                 live.clone(),
             )));
@@ -79,7 +93,7 @@ impl FaultProxy {
         Ok(FaultProxy {
             state,
             listen_addrs,
-            upstreams,
+            upstreams: upstreams.into_iter().map(|(u, _)| u).collect(),
             live,
             accept_tasks,
         })
@@ -168,6 +182,7 @@ async fn closed(rx: &mut watch::Receiver<State>) {
 async fn accept_loop(
     listener: TcpListener,
     upstream: SocketAddr,
+    first: Option<FirstMessage>,
     mut rx: watch::Receiver<State>,
     live: Arc<AtomicUsize>,
 ) {
@@ -179,7 +194,7 @@ async fn accept_loop(
                     let rx = rx.clone();
                     tokio::spawn(async move {
                         let _guard = guard;
-                        relay(client, upstream, rx).await;
+                        relay(client, upstream, first, rx).await;
                     });
                 }
                 Err(e) => {
@@ -222,14 +237,17 @@ struct Pipe {
     buf: Vec<u8>,
     start: usize,
     end: usize,
+    /// The rewrite of the first message, until it has been gathered whole.
+    first: Option<FirstMessage>,
 }
 
 impl Pipe {
-    fn new() -> Self {
+    fn new(first: Option<FirstMessage>) -> Self {
         Pipe {
             buf: vec![0; 16 * 1024],
             start: 0,
             end: 0,
+            first,
         }
     }
 
@@ -247,6 +265,25 @@ impl Pipe {
                 self.start = 0;
                 self.end = 0;
                 Ok(src.read(&mut self.buf).await? > 0)
+            }
+            // Gathering the first message (at `buf[..end]`, nothing written yet).
+            Act::Copy if self.first.is_some() => {
+                if self.end == self.buf.len() {
+                    // Longer than any first message the rewrite knows: relay it unchanged.
+                    self.first = None;
+                    return Ok(true);
+                }
+                let n = src.read(&mut self.buf[self.end..]).await?;
+                self.end += n;
+                if let Some(out) = self.first.and_then(|f| f(&self.buf[..self.end])) {
+                    self.first = None;
+                    if out.len() > self.buf.len() {
+                        self.buf.resize(out.len(), 0);
+                    }
+                    self.buf[..out.len()].copy_from_slice(&out);
+                    self.end = out.len();
+                }
+                Ok(n > 0)
             }
             Act::Copy if self.start < self.end => {
                 let n = dst.write(&self.buf[self.start..self.end]).await?;
@@ -267,7 +304,12 @@ impl Pipe {
 }
 
 /// Relays one client connection until it ends, is cut, or the proxy is dropped.
-async fn relay(client: TcpStream, upstream: SocketAddr, mut rx: watch::Receiver<State>) {
+async fn relay(
+    client: TcpStream,
+    upstream: SocketAddr,
+    first: Option<FirstMessage>,
+    mut rx: watch::Receiver<State>,
+) {
     let epoch = rx.borrow().epoch;
     // Held connections are corrupt: close them when the proxy heals.
     let mut held = false;
@@ -298,8 +340,8 @@ async fn relay(client: TcpStream, upstream: SocketAddr, mut rx: watch::Receiver<
     let _ = server.set_nodelay(true);
     let (mut cr, mut cw) = client.into_split();
     let (mut sr, mut sw) = server.into_split();
-    let mut up = Pipe::new();
-    let mut down = Pipe::new();
+    let mut up = Pipe::new(first);
+    let mut down = Pipe::new(None);
     loop {
         let s = *rx.borrow_and_update();
         if s.epoch != epoch {

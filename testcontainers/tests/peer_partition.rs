@@ -233,6 +233,36 @@ async fn isolated_leader_is_replaced_by_the_other_two_and_rejoins_as_follower() 
     assert_eq!(on_old.get_data("/new-leader").await.unwrap().0, b"x");
 }
 
+/// ZooKeeper keeps one election connection per pair, opened by the higher id: when a lower
+/// id connects first, the higher one drops that connection and dials back to the address
+/// the lower one *advertised* in its first message, its real one. Unless the link rewrites
+/// that message, the dial-back skips the proxy, and `isolate` leaves that election link
+/// up: an isolated leader goes on winning elections it cannot serve (seen in CI as "no new
+/// leader among the others" for 30 s). A restarted node dials every peer first, so each
+/// higher peer must dial it back through its proxy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn election_connections_dialled_back_pass_through_the_peer_links() {
+    let zk = peer_linked_ensemble().await;
+    let leader = zk.wait_for_leader(Duration::from_secs(10)).await.unwrap();
+    // The lowest follower: the higher ids dial it back, and being no leader it has no
+    // quorum connections coming in, so its incoming links carry election traffic only.
+    let low = (0..3).find(|&i| i != leader).unwrap();
+    zk.restart(low).await.unwrap();
+    for high in (low + 1)..3 {
+        let link = zk.peer_link(high, low);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while link.connection_count() != 1 && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert_eq!(
+            link.connection_count(),
+            1,
+            "node {high}'s election connection to the restarted node {low} does not pass \
+             its peer link"
+        );
+    }
+}
+
 #[tokio::test]
 async fn peer_linked_ensemble_serves_like_a_direct_one() {
     let zk = peer_linked_ensemble().await;

@@ -9,6 +9,13 @@
 //! the higher id opened), and a follower opens its quorum connection to the leader; both
 //! directions of a pair are always blocked together, so which one carries the traffic does
 //! not matter.
+//!
+//! One election detail would route around the proxies: a server that receives a connection
+//! from a lower id drops it and dials back, to the address the lower id *advertised* in its
+//! first message (its real one, from its own `server.N` line) rather than the one in its
+//! config. The election proxies therefore rewrite that first message to the protocol's
+//! original form, the sid alone, which ZooKeeper (3.5 to 3.9) still accepts and answers by
+//! dialling the address in its config: the proxy.
 
 use std::collections::{BTreeSet, HashMap};
 use std::io;
@@ -49,10 +56,12 @@ impl PeerLinks {
                 for from in 0..servers.len() {
                     for (to, &(quorum, election)) in servers.iter().enumerate() {
                         if from != to {
-                            links.insert(
-                                (from, to),
-                                FaultProxy::start(vec![quorum, election]).await?,
-                            );
+                            let proxy = FaultProxy::start_rewriting(vec![
+                                (quorum, None),
+                                (election, Some(election_hello_without_address)),
+                            ])
+                            .await?;
+                            links.insert((from, to), proxy);
                         }
                     }
                 }
@@ -113,6 +122,22 @@ impl PeerLinks {
             }
         }
     }
+}
+
+/// The first message of an election connection without the sender's advertised address.
+///
+/// It reads `protocol version (i64 < 0), sid (i64), length (i32), address`, all big-endian,
+/// since ZooKeeper 3.5; a first long `>= 0` is the older form, the sid alone, which the
+/// receiver answers from its config. Returns `None` until the message is whole.
+fn election_hello_without_address(bytes: &[u8]) -> Option<Vec<u8>> {
+    let version = i64::from_be_bytes(bytes.get(..8)?.try_into().ok()?);
+    if version >= 0 {
+        return Some(bytes.to_vec());
+    }
+    let sid = bytes.get(8..16)?;
+    let len = u32::from_be_bytes(bytes.get(16..20)?.try_into().ok()?) as usize;
+    let after = bytes.get(20 + len..)?;
+    Some([sid, after].concat())
 }
 
 impl Drop for PeerLinks {
@@ -233,5 +258,42 @@ impl super::Ensemble {
     pub fn peer_link(&self, from: usize, to: usize) -> &FaultProxy {
         assert!(from != to, "a node has no link to itself");
         self.peer_links().link(from, to)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::election_hello_without_address as rewrite;
+
+    fn hello(version: i64, sid: i64, addr: &str) -> Vec<u8> {
+        let mut m = version.to_be_bytes().to_vec();
+        m.extend(sid.to_be_bytes());
+        m.extend((addr.len() as u32).to_be_bytes());
+        m.extend(addr.as_bytes());
+        m
+    }
+
+    #[test]
+    fn the_address_goes_and_the_sid_and_what_follows_stay() {
+        let mut m = hello(-65536, 3, "127.0.0.2:3888");
+        m.extend(b"next");
+        let mut want = 3i64.to_be_bytes().to_vec();
+        want.extend(b"next");
+        assert_eq!(rewrite(&m).unwrap(), want);
+    }
+
+    #[test]
+    fn a_partial_message_asks_for_more() {
+        let m = hello(-65535, 2, "127.0.0.2:3888|127.0.0.3:3888");
+        for cut in 0..m.len() {
+            assert_eq!(rewrite(&m[..cut]), None, "cut at {cut}");
+        }
+        assert_eq!(rewrite(&m).unwrap(), 2i64.to_be_bytes());
+    }
+
+    #[test]
+    fn the_old_form_passes_unchanged() {
+        let m = 5i64.to_be_bytes();
+        assert_eq!(rewrite(&m).unwrap(), m);
     }
 }
