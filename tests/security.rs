@@ -15,7 +15,7 @@ use std::time::Duration;
 use common::*;
 use tokio::time::Instant;
 use zkfence::zookeeper_client as zk;
-use zkfence::{Error, FencedOp, LeaseState, LossReason, Session, SessionOptions};
+use zkfence::{Error, FencedOp, LeaseState, Session, SessionOptions};
 use zkfence_testcontainers::{ClientAuth, Ensemble};
 
 /// Session timeout of the partition tests, as in `lock_faults.rs`.
@@ -188,68 +188,26 @@ async fn holder_learns_first(via: Via, who: &str) {
     let (options, direct) = identity(zk, via, who);
     let options = options.session_timeout(LONG);
     let admin = Session::connect(&direct, options.clone()).await.unwrap();
-    let waiter_session = Session::connect(&direct, options.clone()).await.unwrap();
+    let waiter = Session::connect(&direct, options.clone()).await.unwrap();
     let dir = unique_path(&format!("partition-{via:?}"));
     let proxy = match via {
         Via::Mtls => zk.secure_proxy().await.unwrap(),
         Via::Sasl => zk.proxy().await.unwrap(),
     };
-    let holder_session = Session::connect(&proxy.connect_string(), options.clone())
+    let holder = Session::connect(&proxy.connect_string(), options.clone())
         .await
         .unwrap();
-    let lease = holder_session.lock(&dir).acquire().await.unwrap();
-    let lock = waiter_session.lock(&dir);
-    let waiter = tokio::spawn(async move { lock.acquire().await.map(|l| (Instant::now(), l)) });
-    until_children(&admin, &dir, 2).await;
-    let (stat, deleted) = admin
-        .client()
-        .check_and_watch_stat(lease.path())
-        .await
-        .unwrap();
-    assert!(stat.is_some(), "the holder's node exists");
-    let deletion = tokio::spawn(async move {
-        let event = deleted.changed().await;
-        (Instant::now(), event.event_type)
-    });
-    within(
-        STEP,
-        "a keepalive renews the clock",
-        holder_session.valid_until_changed(),
-    )
+    partition::partition_the_holder(partition::Setup {
+        admin: &admin,
+        waiter: &waiter,
+        holder: &holder,
+        proxy: &proxy,
+        dir: &dir,
+        t: LONG,
+    })
     .await
-    .expect("renewed, not lapsed");
-    proxy.blackhole();
-    let cut = Instant::now();
-    let reason = within(2 * LONG, "the holder hears lost", lease.lost()).await;
-    let lost_at = Instant::now();
-    let (deleted_at, event) = within(2 * LONG, "the server deletes the node", deletion)
-        .await
-        .unwrap();
-    let (granted_at, new_lease) = within(2 * LONG, "the waiter is granted", waiter)
-        .await
-        .unwrap()
-        .unwrap();
-    eprintln!(
-        "{via:?}: after the cut, lost at {:?}, node deleted at {:?}, waiter granted at {:?}",
-        lost_at - cut,
-        deleted_at - cut,
-        granted_at - cut
-    );
-    assert_eq!(reason, LossReason::ClockLapsed);
-    assert_eq!(event, zk::EventType::NodeDeleted);
-    // The margin lock_faults.rs asserts (the clock promises about 0.35 T).
-    assert!(
-        deleted_at - lost_at >= LONG / 5,
-        "lost only {:?} before the server deleted the node",
-        deleted_at - lost_at
-    );
-    assert!(
-        deleted_at <= granted_at + Duration::from_millis(20),
-        "granted {:?} before the deletion was seen",
-        deleted_at - granted_at
-    );
-    assert!(new_lease.token() > lease.token());
-    new_lease.release().await.unwrap();
+    .assert_the_holder_learned_first(&format!("{via:?}"))
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

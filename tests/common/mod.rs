@@ -13,6 +13,8 @@ use tokio::time::Instant;
 use zkfence::{Session, SessionOptions};
 use zkfence_testcontainers::Ensemble;
 
+pub mod partition;
+
 /// The tick time of test ensembles: session timeouts may range over [0.4 s, 4 s].
 pub const TICK: Duration = Duration::from_millis(200);
 
