@@ -541,6 +541,75 @@ async fn a_server_certificate_for_other_names_is_refused_unless_name_checks_are_
     lease.release().await.unwrap();
 }
 
+/// `ClientAuth::Want`: the server asks for a client certificate but takes a client without
+/// one. Without one a session connects anonymously over TLS and its lock is open to all, as
+/// on a plain port; with one it is identified (`x509:CN=...`) and its lock is its own, which
+/// the anonymous session can neither enqueue in nor delete from.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_client_certificates_wanted_a_client_without_one_is_anonymous_and_one_with_one_owns_its_lock(
+) {
+    let zk = Ensemble::builder()
+        .nodes(1)
+        .tick_time(TICK)
+        .tls(ClientAuth::Want)
+        .start()
+        .await
+        .unwrap();
+    let admin = connect(&zk.connect_string(), T).await;
+    admin
+        .client()
+        .create(
+            "/test",
+            b"",
+            &zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all()),
+        )
+        .await
+        .unwrap();
+    let tls = zk.tls().expect("a TLS ensemble");
+    let anonymous_options = SessionOptions::new()
+        .session_timeout(T)
+        .tls_ca_file(tls.ca_cert());
+    let anonymous = Session::connect(&zk.secure_connect_string(), anonymous_options)
+        .await
+        .expect("a client without a certificate is taken when certificates are only wanted");
+    let id = tls.client_identity("wanted-owner").unwrap();
+    let owner = Session::connect(
+        &zk.secure_connect_string(),
+        SessionOptions::new()
+            .session_timeout(T)
+            .tls_ca_file(tls.ca_cert())
+            .tls_identity(&id.cert, &id.key),
+    )
+    .await
+    .unwrap();
+
+    let open_dir = unique_path("wanted-anonymous");
+    let open_lease = anonymous.lock(&open_dir).acquire().await.unwrap();
+    let (acl, _) = admin.client().get_acl(&open_dir).await.unwrap();
+    assert_eq!(acl, zk::Acls::anyone_all().to_vec(), "anonymous: {acl:?}");
+
+    let own_dir = unique_path("wanted-owner");
+    let own_lease = owner.lock(&own_dir).acquire().await.unwrap();
+    let (acl, _) = owner.client().get_acl(&own_dir).await.unwrap();
+    assert_eq!(acl.len(), 1, "{acl:?}");
+    assert_eq!(acl[0].auth_id().scheme(), "x509", "{acl:?}");
+    assert!(acl[0].auth_id().id().contains("CN=wanted-owner"), "{acl:?}");
+    let err = anonymous
+        .lock(&own_dir)
+        .try_acquire()
+        .await
+        .expect_err("the anonymous session enqueued under the owner's lock");
+    assert_denied(&err, &own_dir, "enqueue");
+    assert_eq!(
+        anonymous.client().delete(own_lease.path(), None).await,
+        Err(zk::Error::NoAuth),
+        "the anonymous session deleted the owner's node"
+    );
+    assert_eq!(children(&owner, &own_dir).await.len(), 1);
+    own_lease.release().await.unwrap();
+    open_lease.release().await.unwrap();
+}
+
 /// A directory of this test's own under the system temp dir, removed (keys and all) when
 /// dropped, also by a failing test.
 struct TempDir(std::path::PathBuf);
