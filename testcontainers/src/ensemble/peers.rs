@@ -14,8 +14,10 @@
 //! from a lower id drops it and dials back, to the address the lower id *advertised* in its
 //! first message (its real one, from its own `server.N` line) rather than the one in its
 //! config. The election proxies therefore rewrite that first message to the protocol's
-//! original form, the sid alone, which ZooKeeper (3.5 to 3.9) still accepts and answers by
-//! dialling the address in its config: the proxy.
+//! original form, the sid alone, which ZooKeeper still accepts (checked in 3.8's
+//! `QuorumCnxManager.handleConnection`) and answers by dialling the address in its config:
+//! the proxy. `election_connections_dialled_back_pass_through_the_peer_links` fails if a
+//! version stops doing so.
 
 use std::collections::{BTreeSet, HashMap};
 use std::io;
