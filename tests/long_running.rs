@@ -169,6 +169,34 @@ async fn the_session_retries_with_backoff_while_the_ensemble_is_down() {
     fresh.release().await.unwrap();
 }
 
+/// `close` is cancel safe: a caller that stops waiting at the first pending step (here a
+/// zero timeout, while the lease's node is being deleted) still leaves the session closed
+/// and the node gone.
+#[tokio::test]
+async fn a_close_whose_caller_stops_waiting_still_closes() {
+    let zk = shared_ensemble();
+    let dir = unique_path("close-cancelled");
+    let session = connect(&zk.connect_string(), T).await;
+    let admin = connect(&zk.connect_string(), T).await;
+    let lease = session.lock(&dir).acquire().await.unwrap();
+    let node = lease.path().to_string();
+    let clone = session.clone();
+    let cancelled = tokio::time::timeout(Duration::ZERO, session.close()).await;
+    assert!(cancelled.is_err(), "close finished without a round trip");
+    eventually(
+        2 * T,
+        "the abandoned close marks the session closed",
+        || async { clone.state() == SessionState::Closed },
+    )
+    .await;
+    assert!(admin.client().check_stat(&node).await.unwrap().is_none());
+    assert!(matches!(
+        clone.lock(&dir).try_acquire().await,
+        Err(Error::SessionClosed)
+    ));
+    drop(lease);
+}
+
 #[tokio::test]
 async fn close_ends_the_session_at_the_server_and_stops_reopening() {
     let zk = shared_ensemble();
@@ -193,7 +221,11 @@ async fn close_ends_the_session_at_the_server_and_stops_reopening() {
         .unwrap()
         .unwrap();
     assert!(admin.client().check_stat(&node).await.unwrap().is_none());
-    assert_eq!(lease_session.state(), SessionState::Closed);
+    // Marked closed once the deletion is answered, which the waiter's grant can beat.
+    eventually(T, "the session reads Closed", || async {
+        lease_session.state() == SessionState::Closed
+    })
+    .await;
     // A closed session opens nothing new.
     assert!(matches!(
         lease_session.lock(&dir).try_acquire().await,

@@ -514,7 +514,8 @@ impl Session {
     /// Closes the session for good: stops reopening, reports every lease of it
     /// [`Lost`](crate::LeaseState::Lost)`(SessionClosed)` at once and deletes their nodes,
     /// and waits until the server has ended the ZooKeeper session. Clones of this `Session`
-    /// see [`SessionState::Closed`] from then on.
+    /// see [`SessionState::Closed`] once those nodes are deleted (before `close` returns;
+    /// a waiter on one of them may be granted a moment earlier).
     ///
     /// The client library ends a ZooKeeper session when the last handle on it is gone, so
     /// drop the other clones and the (now lost) leases first: if some remain, `close` waits
@@ -551,10 +552,15 @@ impl Session {
             .clock
             .lose_all(crate::error::LossReason::SessionClosed);
         let nodes = shared.clock.held_nodes();
-        let _ = tokio::time::timeout(timeout, shared.delete_all_until_gone(&nodes)).await;
-        shared.clock.mark_closed();
-        self.inner.current.stop_keeper();
-        drop(shared);
+        // In a task of its own, so that a caller who stops waiting (drops this future) still
+        // gets a session that is marked closed, as the cancel-safety note promises.
+        let inner = self.inner.clone();
+        let finishing = tokio::spawn(async move {
+            let _ = tokio::time::timeout(timeout, shared.delete_all_until_gone(&nodes)).await;
+            shared.clock.mark_closed();
+            inner.current.stop_keeper();
+        });
+        let _ = finishing.await;
         drop(self);
         let ended = async {
             use zookeeper_client::SessionState as Zs;
