@@ -60,6 +60,16 @@ pub enum Error {
         reason: String,
     },
 
+    /// The session's settings cannot be made sound: the lease clock could not vouch for the
+    /// session long enough to hold a lock safely (see
+    /// [`SessionOptions::server_tick_time`](crate::SessionOptions::server_tick_time)). Nothing
+    /// was left open. Change the settings; retrying does not help.
+    #[error("unsound session settings: {reason}")]
+    UnsoundSettings {
+        /// What does not fit, and what would.
+        reason: String,
+    },
+
     /// The chroot of the connect string does not exist on the ensemble.
     #[error(
         "the chroot {chroot:?} does not exist on the ensemble; create it first \

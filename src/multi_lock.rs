@@ -19,7 +19,7 @@ use crate::error::{Error, LossReason, Result};
 use crate::lease::{Claim, Lease, LeaseState};
 use crate::node::{self, Kind};
 use crate::queue::{Grant, Owner, Queue};
-use crate::session::{outcome_unknown, Created, Session, Shared};
+use crate::session::{outcome_unknown, Acquiring, Created, Session, Shared};
 use crate::telemetry::{self, Recipe, Tag};
 use crate::token::FencingToken;
 
@@ -597,12 +597,16 @@ struct Pending {
     /// A create was sent, so nodes may exist even if `nodes` is unknown.
     sent: bool,
     armed: bool,
+    /// While our nodes wait, the lease clock's keepalive must be a proof.
+    _acquiring: Acquiring,
 }
 
 impl Pending {
     fn new(queues: &[Queue], uuid: &uuid::Uuid) -> Pending {
+        let shared = queues[0].session().shared();
         Pending {
-            shared: queues[0].session().shared(),
+            _acquiring: Acquiring::new(&shared),
+            shared,
             queues: queues.to_vec(),
             marker: queues[0].marker(uuid),
             nodes: None,

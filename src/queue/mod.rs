@@ -31,7 +31,6 @@
 
 mod admission;
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -41,7 +40,7 @@ use zookeeper_client as zk;
 
 use crate::error::{Error, Result};
 use crate::node::{self, Kind, NodeFormat, OwnerInfo};
-use crate::session::{Counters, NodeEvent, NodeWatch, Session, Shared};
+use crate::session::{Acquiring, Counters, NodeEvent, NodeWatch, Session, Shared};
 use crate::telemetry::{self, Recipe, Tag};
 use crate::token::FencingToken;
 
@@ -150,6 +149,8 @@ struct Pending {
     /// A create was sent, so a node may exist even if `node` is unknown.
     sent: bool,
     armed: bool,
+    /// While our node waits, the lease clock's keepalive must be a proof.
+    _acquiring: Acquiring,
 }
 
 impl Pending {
@@ -335,8 +336,10 @@ impl Queue {
     }
 
     fn pending(&self, uuid: &uuid::Uuid) -> Pending {
+        let shared = self.shared();
         Pending {
-            shared: self.shared().clone(),
+            _acquiring: Acquiring::new(&shared),
+            shared,
             dir: self.dir.clone(),
             marker: self.format.marker(uuid),
             node: None,
@@ -671,7 +674,7 @@ impl Queue {
             // again. Our own node is watched in the same round trip: its deletion is seen
             // before the predecessor's (events arrive in zxid order), so a waiter whose node
             // was deleted is never granted.
-            let connection = shared.counters.reconnects.load(Ordering::Relaxed);
+            let mut connection = shared.mark_connection();
             let (predecessor_watch, own_watch) = shared.watch_pair(&predecessor, &node).await?;
             let Some(mut own_watch) = own_watch else {
                 return Err(self.vanished(&node));
@@ -691,9 +694,10 @@ impl Queue {
             };
             woke = Some(telemetry::Woke::now());
             Counters::bump(&shared.counters.wakeups);
-            if shared.counters.reconnects.load(Ordering::Relaxed) != connection {
-                // Watches set again after a reconnect need not fire in zxid order: list again
-                // rather than trust the order of the two events.
+            if connection.changed() {
+                // The connection broke since the watches were set: they were set again, and
+                // such watches need not fire in zxid order. List again rather than trust the
+                // order of the two events.
                 continue;
             }
             if predecessor_event == NodeEvent::Deleted {

@@ -3,36 +3,61 @@
 //!
 //! # The rule
 //!
-//! Only the ZooKeeper **leader** expires sessions, at (the time it last processed a touch of
-//! the session) + `T`, rounded up to its next tick. A request touches the session on the
-//! server that receives it; a follower reports the sessions its clients touched to the leader
-//! in its replies to the leader's pings (every `tickTime/2`), on the same connection on which
-//! it forwards syncs and writes. A follower cut off from the leader goes on answering reads.
-//! So:
+//! Only a ZooKeeper **leader** expires sessions, at (the time it last processed a touch of the
+//! session) + `T`, rounded up to its next tick; a **new** leader sets every session's expiry
+//! to (its own start + `T`). A request touches the session on the server that receives it; a
+//! follower reports the sessions its clients touched to the leader in its replies to the
+//! leader's pings (every `tickTime/2`), on the same connection on which it forwards writes
+//! and syncs. Two kinds of server go on answering after they should not be trusted:
 //!
-//! - every request that gets an answer is a **touch** at its send time `t` (the server got it
-//!   after `t`);
-//! - an answered `sync` or write sent at `s` is a **proof**: it went through the leader after
-//!   everything the connected server had sent the leader before, in particular the ping
-//!   replies that reported the touches made at least `tickTime/2` before `s`. ZooKeeper
+//! - a follower cut off from its leader answers reads (for `syncLimit × tickTime`);
+//! - a leader cut off from its peers answers `sync` at once, with no quorum round, until it
+//!   notices it lost its quorum, which is up to about one `tickTime` *after* the others have
+//!   elected a new leader (measured here up to 0.87 `tickTime`).
+//!
+//! Neither can commit a write: a write is answered only after a quorum acknowledged it, and
+//! a quorum that acknowledged it after we sent it had not yet moved to a newer leader. So:
+//!
+//! - every request that gets an answer is a **touch**: it reached the server after its send
+//!   time and before its answer arrived;
+//! - a **committed** write ([`Answer::Committed`]: a success, or an error the leader proposes
+//!   as an error transaction: `NoNode`, `NodeExists`, `BadVersion`, `NotEmpty`) sent at `s`
+//!   is a **proof**: the leader that ordered it had its quorum after `s`, so no newer leader
+//!   existed before `s` (any newer one sets deadlines to its start + `T`, later still), and
+//!   it had processed every ping reply our server sent it before, in particular those that
+//!   reported the touches our server *received* at least `tickTime/2` before `s`. ZooKeeper
 //!   clamps `T` to at least `2 × tickTime`, so `T/4` bounds `tickTime/2`: the *report lag* is
-//!   `T/4 + slack`;
-//! - reads are touches, never proofs: a cut-off follower answers them.
+//!   `T/4 + slack`. A touch counts as received by the time its **answer arrived** (a request
+//!   held back in the client or the network reaches the server after its send time);
+//! - an answered `sync` ([`Answer::Synced`]) proves less: a deposed leader answers it. Unless
+//!   the servers' `tickTime` is declared (`SessionOptions::server_tick_time`), it is a touch
+//!   only. With it declared, the deposed leader answers for at most `W = 2 × tickTime` after a
+//!   new leader started (one tick for its once-per-tick quorum check, one for its scheduling,
+//!   the last acknowledgement's fsync and a GC pause), so a sync sent at `s` proves the new
+//!   leader started after `s − W`, and vouches for at most `s + T − W`;
+//! - reads, and answers a follower can give on its own (`NoAuth` with eager ACL checks), are
+//!   touches only.
 //!
 //! ```text
-//! valid_until = t* + T - slack,   t* = the latest touch sent at or before s* - report lag,
-//!                                 s* = the send time of the latest answered proof
+//! valid_until = t* + T - slack                       (committed proof sent at s*)
+//! valid_until = min(t* + T, s* + T - W) - slack      (sync proof, tickTime declared)
+//!     t* = the send time of the latest touch whose answer arrived at or before s* - report lag
 //! ```
 //!
 //! The connect request counts as a proven touch at its send time (the leader creates the
-//! session). A touch on a connection to another server before a reconnect is safe to use: the
-//! reconnect revalidates the session at the leader later still. `slack` (the `lease_margin`
-//! option, `T/20` by default) covers timer jitter and the leader's ping period running late.
+//! session in a transaction). A touch on a connection to another server before a reconnect is
+//! safe to use: the reconnect revalidates the session at the leader later still. `slack` (the
+//! `lease_margin` option, `T/20` by default) covers timer jitter and the leader's ping period
+//! running late.
 //!
-//! The keeper sends a keepalive `sync` every `T/6` whatever the reads (a busy session's writes
-//! stand in for it), so without other traffic `t*` is the keepalive before last and a holder
-//! is told `Lost` about `0.6 T` after its last answered keepalive was sent; the leader cannot
-//! expire the session before about `0.8 T` after it.
+//! The keeper sends a keepalive every `T/6` unless a proof was sent meanwhile (a busy
+//! session's own writes stand in for it). While the session has a node in a queue (a lease
+//! held or an acquire in progress) it is a **transaction** that changes nothing: a `multi`
+//! with one `check` of the session's root, which the leader commits like any write (by
+//! default; with `server_tick_time` declared, a `sync`). An idle session's keepalive is a
+//! `sync`: a touch that its next acquire's create then proves. Without other traffic `t*` is
+//! the keepalive before last and a holder is told `Lost` about `0.6 T` after its last answered
+//! keepalive was sent; the leader cannot expire the session before about `0.8 T` after it.
 //!
 //! When `valid_until` passes without a renewal the clock **lapses**: every lease granted
 //! before is lost, and their nodes are deleted as soon as the ensemble answers again (the
@@ -40,7 +65,7 @@
 //! stay lost, whatever late answer arrives.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -51,14 +76,18 @@ use crate::error::LossReason;
 
 use super::{SessionState, Shared};
 
-/// What an answered request proves, as the lease clock counts it.
+/// What an answered request proves, as the lease clock counts it (the module docs' rule).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Answer {
-    /// A read (getChildren, exists, getData): a touch only.
+    /// A read (getChildren, exists, getData), or an answer a server can give without the
+    /// leader (`NoAuth`): a touch only.
     Read,
-    /// A `sync` or a write (create, delete, multi), also one the server refused: it went
-    /// through the leader, so it is a touch and a proof.
-    Leader,
+    /// An answered `sync`: a touch, and a proof bounded by the deposed-leader window when the
+    /// servers' tickTime is declared.
+    Synced,
+    /// A write the leader committed (also one it refused as an error transaction): a touch
+    /// and a proof.
+    Committed,
 }
 
 /// A snapshot of the lease clock.
@@ -120,6 +149,14 @@ impl Clock {
     }
 }
 
+/// A touch: when the request was sent, and when its answer arrived (the server received it
+/// in between).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Touch {
+    sent: Instant,
+    arrived: Instant,
+}
+
 /// The touches and proofs seen so far, and what they vouch for: the rule of the module docs,
 /// free of I/O so it can be tested alone.
 #[derive(Debug)]
@@ -127,61 +164,87 @@ pub(crate) struct Evidence {
     timeout: Duration,
     report_lag: Duration,
     slack: Duration,
-    /// Send times of answered requests not yet known to be reported, ascending; the first is
-    /// the latest proven touch.
-    touches: VecDeque<Instant>,
+    /// How long a deposed leader may go on answering syncs after a new leader started
+    /// (`2 × tickTime`), if the servers' tickTime was declared; `None`: syncs prove nothing.
+    deposed_window: Option<Duration>,
+    /// Answered requests not yet known to be reported, by arrival; the first is the latest
+    /// proven touch.
+    touches: VecDeque<Touch>,
     latest_proof: Option<Instant>,
 }
 
 impl Evidence {
     /// Evidence for a session of timeout `timeout` whose connect request was sent at
     /// `connect_sent` (a proven touch).
-    pub(crate) fn new(timeout: Duration, slack: Duration, connect_sent: Instant) -> Evidence {
+    pub(crate) fn new(
+        timeout: Duration,
+        slack: Duration,
+        deposed_window: Option<Duration>,
+        connect_sent: Instant,
+    ) -> Evidence {
         Evidence {
             timeout,
             report_lag: timeout / 4 + slack,
             slack,
-            touches: VecDeque::from([connect_sent]),
+            deposed_window,
+            touches: VecDeque::from([Touch {
+                sent: connect_sent,
+                arrived: connect_sent,
+            }]),
             latest_proof: None,
         }
     }
 
     /// Until when the connect request alone vouches.
     pub(crate) fn initial_valid_until(&self) -> Instant {
-        self.touches[0] + self.timeout.saturating_sub(self.slack)
+        self.touches[0].sent + self.timeout.saturating_sub(self.slack)
     }
 
-    /// Records an answered request sent at `sent`; returns the `valid_until` the evidence
-    /// now supports, if a proof moved it.
-    pub(crate) fn answered(&mut self, answer: Answer, sent: Instant) -> Option<Instant> {
-        self.record_touch(sent);
-        if answer == Answer::Read {
-            return None;
-        }
+    /// Records an answer that arrived at `arrived` to a request sent at `sent`; returns the
+    /// `valid_until` the evidence now supports, if a proof moved it.
+    pub(crate) fn answered(
+        &mut self,
+        answer: Answer,
+        sent: Instant,
+        arrived: Instant,
+    ) -> Option<Instant> {
+        self.record_touch(Touch { sent, arrived });
+        let cap = match answer {
+            Answer::Read => return None,
+            Answer::Committed => None,
+            // A deposed leader answered it, at worst: a new leader started after
+            // `sent - W` and gave the session `T` from its start.
+            Answer::Synced => Some(sent + self.timeout.checked_sub(self.deposed_window?)?),
+        };
         if self.latest_proof.is_some_and(|p| p >= sent) {
             return None;
         }
         self.latest_proof = Some(sent);
         let reported_by = sent.checked_sub(self.report_lag)?;
-        // The latest touch at or before `reported_by`; older ones can never matter again.
-        let newer = self.touches.partition_point(|t| *t <= reported_by);
+        // The latest touch whose answer arrived at or before `reported_by` (the server had it
+        // by then); older ones can never matter again.
+        let newer = self.touches.partition_point(|t| t.arrived <= reported_by);
         if newer == 0 {
             return None;
         }
         self.touches.drain(..newer - 1);
-        Some(self.touches[0] + self.timeout.saturating_sub(self.slack))
+        let until = self.touches[0].sent + self.timeout;
+        let until = cap.map_or(until, |cap| until.min(cap));
+        until.checked_sub(self.slack)
     }
 
-    fn record_touch(&mut self, sent: Instant) {
-        // Answers mostly arrive in send order; a touch within a millisecond after the newest
-        // adds nothing worth its memory on a busy session (dropping it only under-counts).
+    fn record_touch(&mut self, touch: Touch) {
+        // Answers mostly arrive in order; a touch within a millisecond after the newest adds
+        // nothing worth its memory on a busy session (dropping it only under-counts).
         match self.touches.back() {
-            Some(last) if sent >= *last && sent <= *last + Duration::from_millis(1) => {}
-            Some(last) if sent < *last => {
-                let at = self.touches.partition_point(|t| *t <= sent);
-                self.touches.insert(at, sent);
+            Some(last)
+                if touch.arrived >= last.arrived
+                    && touch.arrived <= last.arrived + Duration::from_millis(1) => {}
+            Some(last) if touch.arrived < last.arrived => {
+                let at = self.touches.partition_point(|t| t.arrived <= touch.arrived);
+                self.touches.insert(at, touch);
             }
-            _ => self.touches.push_back(sent),
+            _ => self.touches.push_back(touch),
         }
     }
 }
@@ -249,6 +312,11 @@ pub(crate) struct LeaseClock {
     /// Send time of the latest proof, for the keeper's schedule.
     last_proof_sent: Mutex<Instant>,
     pub(crate) keepalive_interval: Duration,
+    /// The servers' tickTime was declared: a `sync` is a proof (bounded by the deposed-leader
+    /// window), and the keepalive is a `sync`, never a transaction.
+    pub(crate) syncs_prove: bool,
+    /// Acquires in progress (their nodes wait in a queue): the keepalive must be a proof then.
+    acquiring: AtomicUsize,
     holdings: Mutex<HashMap<u64, Weak<Holding>>>,
     next_holding: AtomicU64,
 }
@@ -258,9 +326,10 @@ impl LeaseClock {
         timeout: Duration,
         slack: Duration,
         keepalive_interval: Duration,
+        deposed_window: Option<Duration>,
         connect_sent: Instant,
     ) -> LeaseClock {
-        let evidence = Evidence::new(timeout, slack, connect_sent);
+        let evidence = Evidence::new(timeout, slack, deposed_window, connect_sent);
         let clock = Clock {
             valid_until: evidence.initial_valid_until(),
             epoch: 0,
@@ -272,22 +341,45 @@ impl LeaseClock {
             evidence: Mutex::new(evidence),
             last_proof_sent: Mutex::new(connect_sent),
             keepalive_interval,
+            syncs_prove: deposed_window.is_some(),
+            acquiring: AtomicUsize::new(0),
             holdings: Mutex::new(HashMap::new()),
             next_holding: AtomicU64::new(0),
         }
     }
 
-    /// Records that a request sent at `sent` was answered by the ensemble.
+    /// Records that a request sent at `sent` was answered by the ensemble just now.
     pub(crate) fn answered(&self, answer: Answer, sent: Instant) {
-        if answer == Answer::Leader {
+        let arrived = Instant::now();
+        let proof = match answer {
+            Answer::Read => false,
+            Answer::Synced => self.syncs_prove,
+            Answer::Committed => true,
+        };
+        if proof {
             let mut last = self.last_proof_sent.lock().unwrap();
             *last = (*last).max(sent);
         }
-        let Some(until) = self.evidence.lock().unwrap().answered(answer, sent) else {
+        let Some(until) = self
+            .evidence
+            .lock()
+            .unwrap()
+            .answered(answer, sent, arrived)
+        else {
             return;
         };
-        let now = Instant::now();
-        self.clock.send_if_modified(|c| c.extend(until, now));
+        self.clock.send_if_modified(|c| c.extend(until, arrived));
+    }
+
+    /// Whether the keepalive must be a proof now: a lease is held, or an acquire waits.
+    pub(crate) fn vouching_matters(&self) -> bool {
+        self.acquiring.load(Ordering::Relaxed) > 0
+            || self
+                .holdings
+                .lock()
+                .unwrap()
+                .values()
+                .any(|h| h.strong_count() > 0)
     }
 
     pub(crate) fn now(&self) -> Clock {
@@ -361,6 +453,22 @@ impl LeaseClock {
         for holding in holdings {
             holding.lose(reason);
         }
+    }
+}
+
+/// An acquire in progress, for [`LeaseClock::vouching_matters`]: counted until dropped.
+pub(crate) struct Acquiring(Arc<Shared>);
+
+impl Acquiring {
+    pub(crate) fn new(shared: &Arc<Shared>) -> Acquiring {
+        shared.clock.acquiring.fetch_add(1, Ordering::Relaxed);
+        Acquiring(shared.clone())
+    }
+}
+
+impl Drop for Acquiring {
+    fn drop(&mut self) {
+        self.0.clock.acquiring.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -488,7 +596,7 @@ mod tests {
     /// off after the lapse, and never lapsed the renewed clock.)
     #[tokio::test(start_paused = true)]
     async fn a_clock_renewed_after_a_lapse_lapses_again_on_time() {
-        let lease_clock = Arc::new(LeaseClock::new(T, SLACK, T / 6, Instant::now()));
+        let lease_clock = Arc::new(LeaseClock::new(T, SLACK, T / 6, None, Instant::now()));
         let watcher = {
             let lease_clock = lease_clock.clone();
             tokio::spawn(
@@ -542,35 +650,38 @@ mod tests {
     #[test]
     fn the_connect_request_vouches_for_a_timeout_less_slack() {
         let t0 = Instant::now();
-        let e = Evidence::new(T, SLACK, t0);
+        let e = Evidence::new(T, SLACK, None, t0);
         assert_eq!(e.initial_valid_until(), t0 + T - SLACK);
     }
 
     #[test]
     fn reads_never_renew() {
         let t0 = Instant::now();
-        let mut e = Evidence::new(T, SLACK, t0);
+        let mut e = Evidence::new(T, SLACK, None, t0);
         for i in 1..100 {
-            assert_eq!(e.answered(Answer::Read, t0 + ms(100 * i)), None);
+            assert_eq!(
+                e.answered(Answer::Read, t0 + ms(100 * i), t0 + ms(100 * i)),
+                None
+            );
         }
     }
 
     #[test]
     fn a_proof_vouches_only_for_touches_a_report_lag_older() {
         let t0 = Instant::now();
-        let mut e = Evidence::new(T, SLACK, t0);
+        let mut e = Evidence::new(T, SLACK, None, t0);
         // report lag = T/4 + slack = 2.4 s.
-        e.answered(Answer::Read, t0 + ms(1000));
-        e.answered(Answer::Read, t0 + ms(2000));
-        e.answered(Answer::Read, t0 + ms(3000));
+        e.answered(Answer::Read, t0 + ms(1000), t0 + ms(1000));
+        e.answered(Answer::Read, t0 + ms(2000), t0 + ms(2000));
+        e.answered(Answer::Read, t0 + ms(3000), t0 + ms(3000));
         // A proof at 4.0 s proves the touch at 1.0 s (<= 1.6 s), not the one at 2.0 s.
         assert_eq!(
-            e.answered(Answer::Leader, t0 + ms(4000)),
+            e.answered(Answer::Committed, t0 + ms(4000), t0 + ms(4000)),
             Some(t0 + ms(1000) + T - SLACK)
         );
         // A proof at 5.5 s proves the touch at 3.0 s.
         assert_eq!(
-            e.answered(Answer::Leader, t0 + ms(5500)),
+            e.answered(Answer::Committed, t0 + ms(5500), t0 + ms(5500)),
             Some(t0 + ms(3000) + T - SLACK)
         );
     }
@@ -578,13 +689,13 @@ mod tests {
     #[test]
     fn keepalives_alone_lose_at_about_six_tenths_of_the_timeout() {
         let t0 = Instant::now();
-        let mut e = Evidence::new(T, SLACK, t0);
+        let mut e = Evidence::new(T, SLACK, None, t0);
         let k = T / 6;
         let mut until = e.initial_valid_until();
         let mut last = t0;
         for i in 1..=12 {
             last = t0 + k * i;
-            if let Some(u) = e.answered(Answer::Leader, last) {
+            if let Some(u) = e.answered(Answer::Committed, last, last) {
                 assert!(u >= until, "the clock only moves forward");
                 until = u;
             }
@@ -605,13 +716,135 @@ mod tests {
     #[test]
     fn a_late_or_out_of_order_proof_never_moves_the_clock_back() {
         let t0 = Instant::now();
-        let mut e = Evidence::new(T, SLACK, t0);
-        e.answered(Answer::Read, t0 + ms(500));
-        let a = e.answered(Answer::Leader, t0 + ms(5000)).unwrap();
+        let mut e = Evidence::new(T, SLACK, None, t0);
+        e.answered(Answer::Read, t0 + ms(500), t0 + ms(500));
+        let a = e
+            .answered(Answer::Committed, t0 + ms(5000), t0 + ms(5000))
+            .unwrap();
         // An older proof answered late proves nothing new.
-        assert_eq!(e.answered(Answer::Leader, t0 + ms(4000)), None);
-        let b = e.answered(Answer::Leader, t0 + ms(6000)).unwrap();
+        assert_eq!(
+            e.answered(Answer::Committed, t0 + ms(4000), t0 + ms(4000)),
+            None
+        );
+        let b = e
+            .answered(Answer::Committed, t0 + ms(6000), t0 + ms(6000))
+            .unwrap();
         assert!(b >= a);
+    }
+
+    /// Issue 25, item 2: a request held back in the client (a stalled process, a full socket
+    /// buffer) reaches the server after its send time, so it counts as received only when
+    /// its answer arrived. Counted by its send time, the read sent at 1.0 s (answered at 3.0 s)
+    /// looked reported by the proof at 4.0 s, though the server may have had it only after
+    /// its last report to the leader.
+    #[test]
+    fn a_held_back_touch_counts_as_received_only_when_its_answer_arrived() {
+        let t0 = Instant::now();
+        let mut e = Evidence::new(T, SLACK, None, t0);
+        // report lag = T/4 + slack = 2.4 s: the proof at 4.0 s vouches for touches the
+        // server had by 1.6 s.
+        e.answered(Answer::Read, t0 + ms(1000), t0 + ms(3000));
+        assert_eq!(
+            e.answered(Answer::Committed, t0 + ms(4000), t0 + ms(4010)),
+            Some(t0 + T - SLACK),
+            "only the connect was surely reported"
+        );
+        // Once a proof is a report lag past the answer, the touch counts, from its send time.
+        assert_eq!(
+            e.answered(Answer::Committed, t0 + ms(5500), t0 + ms(5510)),
+            Some(t0 + ms(1000) + T - SLACK)
+        );
+    }
+
+    /// Issue 25: a deposed leader answers syncs, so without a declared tickTime an answered
+    /// sync renews nothing; a committed write does.
+    #[test]
+    fn a_sync_proves_nothing_unless_the_tick_time_is_declared() {
+        let t0 = Instant::now();
+        let mut e = Evidence::new(T, SLACK, None, t0);
+        for i in 1..40 {
+            let at = t0 + ms(250 * i);
+            assert_eq!(e.answered(Answer::Synced, at, at), None, "sync {i}");
+        }
+        let at = t0 + ms(10_000);
+        assert_eq!(
+            e.answered(Answer::Committed, at, at),
+            Some(t0 + ms(7500) + T - SLACK),
+            "the syncs were touches, proven by the write"
+        );
+    }
+
+    /// With the tickTime declared, a sync sent at `s` vouches for at most `s + T - W - slack`:
+    /// a new leader may have started up to `W` before the deposed one answered it.
+    #[test]
+    fn a_sync_vouches_at_most_the_timeout_less_the_deposed_window_after_it() {
+        let t0 = Instant::now();
+        let window = ms(6000); // tickTime 3 s
+        let mut e = Evidence::new(T, SLACK, Some(window), t0);
+        e.answered(Answer::Read, t0 + ms(1000), t0 + ms(1000));
+        // The touch at 1.0 s alone would give 9.0 s - slack; the window caps it at 6.0 s.
+        assert_eq!(
+            e.answered(Answer::Synced, t0 + ms(4000), t0 + ms(4000)),
+            Some(t0 + ms(4000) + T - window - SLACK)
+        );
+        // A committed write is not capped.
+        assert_eq!(
+            e.answered(Answer::Committed, t0 + ms(4500), t0 + ms(4500)),
+            Some(t0 + ms(1000) + T - SLACK)
+        );
+        // A small window leaves the touch rule in charge.
+        let mut e = Evidence::new(T, SLACK, Some(ms(400)), t0);
+        e.answered(Answer::Read, t0 + ms(1000), t0 + ms(1000));
+        assert_eq!(
+            e.answered(Answer::Synced, t0 + ms(4000), t0 + ms(4000)),
+            Some(t0 + ms(1000) + T - SLACK)
+        );
+    }
+
+    /// The issue's scenario, on the rule alone: T = 4 s at tickTime 2 s, a holder whose
+    /// server is the leader, a sync or a keepalive every 100 ms. The leader is cut at 10 s, the others
+    /// have a new leader at 14.2 s (syncLimit 2 × tickTime after the last ping, and an
+    /// election), and the deposed leader answers syncs until 15.9 s (1.7 s after, as measured).
+    /// The new leader expires the session at 14.2 + 4 = 18.2 s at the earliest. Syncs counted
+    /// as proofs (the old rule) vouch past that; the rule vouches for nothing after the cut.
+    #[test]
+    fn syncs_answered_by_a_deposed_leader_never_vouch_past_the_new_leaders_deadline() {
+        let t = Duration::from_secs(4);
+        let slack = t / 20;
+        let t0 = Instant::now();
+        let new_leader = t0 + ms(14_200);
+        let deadline = new_leader + t;
+        let every = ms(100);
+        let cut = t0 + ms(10_000);
+        let mut old = Evidence::new(t, slack, Some(Duration::ZERO), t0); // no window: old rule
+        let mut new = Evidence::new(t, slack, None, t0);
+        let (mut old_until, mut new_until) = (t0, t0);
+        let mut at = t0 + every;
+        while at <= t0 + ms(15_900) {
+            // Before the cut the leader commits our keepalive transactions.
+            let answer = if at < cut {
+                Answer::Committed
+            } else {
+                Answer::Synced
+            };
+            if let Some(u) = old.answered(Answer::Synced, at, at) {
+                old_until = old_until.max(u);
+            }
+            if let Some(u) = new.answered(answer, at, at) {
+                new_until = new_until.max(u);
+            }
+            at += every;
+        }
+        assert!(
+            old_until > deadline,
+            "the old rule vouched until {:?} after the new leader's deadline",
+            old_until.checked_duration_since(deadline)
+        );
+        assert!(
+            new_until < cut + t - slack && new_until < deadline,
+            "vouched {:?} past the cut",
+            new_until - cut
+        );
     }
 
     fn clock(valid_until: Instant) -> Clock {

@@ -16,7 +16,7 @@ use zookeeper_client as zk;
 
 use crate::error::{Error, Result};
 
-pub(crate) use clock::Holding;
+pub(crate) use clock::{Acquiring, Holding};
 pub use ops::FencedOp;
 pub(crate) use ops::{
     outcome_unknown, ChildrenWatch, Created, FencedFailure, NodeEvent, NodeWatch,
@@ -40,6 +40,7 @@ pub struct SessionOptions {
     acls: Option<Vec<zk::Acl>>,
     lease_margin: Option<Duration>,
     keepalive_interval: Option<Duration>,
+    server_tick_time: Option<Duration>,
     persistent_directories: bool,
     reopen_after_expiry: bool,
     reopen_backoff: (Duration, Duration),
@@ -63,6 +64,7 @@ impl std::fmt::Debug for SessionOptions {
             .field("acls", &self.acls)
             .field("lease_margin", &self.lease_margin)
             .field("keepalive_interval", &self.keepalive_interval)
+            .field("server_tick_time", &self.server_tick_time)
             .field("persistent_directories", &self.persistent_directories)
             .field("reopen_after_expiry", &self.reopen_after_expiry)
             .field("reopen_backoff", &self.reopen_backoff)
@@ -89,6 +91,7 @@ impl SessionOptions {
             acls: None,
             lease_margin: None,
             keepalive_interval: None,
+            server_tick_time: None,
             persistent_directories: false,
             reopen_after_expiry: true,
             reopen_backoff: (Duration::from_millis(200), Duration::from_secs(30)),
@@ -164,11 +167,41 @@ impl SessionOptions {
         self
     }
 
-    /// How often the lease clock's keepalive `sync` is sent when no write went to the
-    /// ensemble meanwhile (reads never stand in for it). Defaults to a sixth of the session
-    /// timeout, and is kept between a twentieth and a third of it.
+    /// How often the lease clock's keepalive is sent when no write went to the ensemble
+    /// meanwhile (reads never stand in for it). Defaults to a sixth of the session timeout,
+    /// and is kept between a twentieth and a third of it.
     pub fn keepalive_interval(mut self, interval: Duration) -> Self {
         self.keepalive_interval = Some(interval);
+        self
+    }
+
+    /// Declares the servers' `tickTime`, so that the lease clock may trust an answered `sync`
+    /// (and keepalives need no transaction).
+    ///
+    /// By default the clock is renewed only by writes the leader **committed**, and a session
+    /// that holds a lease or waits for one sends a keepalive that is a transaction changing
+    /// nothing, every `T/6` without other writes (an idle session sends a `sync`). That holds
+    /// whatever the servers' settings. A `sync` alone cannot prove as much: a leader cut off
+    /// from its peers goes on answering syncs until it notices, up to about one `tickTime`
+    /// after the others elected a new leader, which gave our session only `T` from its start.
+    /// With the `tickTime` declared, a `sync` sent at `s` vouches for at most
+    /// `s + T − 2 × tickTime − margin`, and the keepalive is a `sync` (no transaction).
+    ///
+    /// The declaration must not be lower than the servers' real `tickTime`: the clock is then
+    /// only as safe as it. [`Session::connect`] refuses it with [`Error::UnsoundSettings`]
+    /// when `2 × tickTime` leaves the clock less than two keepalive intervals (the
+    /// negotiated timeout must be at least about `3.3 × tickTime` at the default margin and
+    /// keepalive interval).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// // Servers at tickTime=2000 (ZooKeeper's default); a 20 s session.
+    /// let options = zkfence::SessionOptions::new()
+    ///     .session_timeout(Duration::from_secs(20))
+    ///     .server_tick_time(Duration::from_millis(2000));
+    /// ```
+    pub fn server_tick_time(mut self, tick_time: Duration) -> Self {
+        self.server_tick_time = Some(tick_time);
         self
     }
 
@@ -256,6 +289,9 @@ pub struct SessionMetrics {
     pub wakeups: u64,
     /// Keepalive round trips of the lease clock.
     pub keepalives: u64,
+    /// Keepalives sent as a transaction (a `multi` with one `check`): while a lease is held
+    /// or an acquire waits, unless the servers' tickTime was declared.
+    pub keepalive_transactions: u64,
     /// Grants that had to confirm the session with the ensemble first, because the lease
     /// clock did not vouch for it at that moment.
     pub grant_confirms: u64,
@@ -275,6 +311,7 @@ pub(crate) struct Counters {
     pub(crate) watches: AtomicU64,
     pub(crate) wakeups: AtomicU64,
     pub(crate) keepalives: AtomicU64,
+    pub(crate) keepalive_transactions: AtomicU64,
     pub(crate) grant_confirms: AtomicU64,
     pub(crate) reconnects: AtomicU64,
     pub(crate) expiries: AtomicU64,
@@ -312,6 +349,7 @@ impl Shared {
             watches: get(&c.watches),
             wakeups: get(&c.wakeups),
             keepalives: get(&c.keepalives),
+            keepalive_transactions: get(&c.keepalive_transactions),
             grant_confirms: get(&c.grant_confirms),
             reconnects: get(&c.reconnects),
             expiries: get(&c.expiries),
@@ -434,6 +472,9 @@ impl Session {
     /// - [`Error::ChrootMissing`] if the chroot does not exist.
     /// - [`Error::AuthFailed`] if the credentials were rejected.
     /// - [`Error::InvalidConnectString`] if `connect` cannot be parsed.
+    /// - [`Error::UnsoundSettings`] if the declared
+    ///   [`server_tick_time`](SessionOptions::server_tick_time) is too long for the negotiated
+    ///   session timeout.
     pub async fn connect(connect: &str, options: SessionOptions) -> Result<Session> {
         let counters = Arc::new(Counters::default());
         let (shared, keeper) = open(connect, &options, counters, false).await?;
@@ -786,6 +827,29 @@ async fn open(
         .keepalive_interval
         .unwrap_or(session_timeout / 6)
         .clamp(session_timeout / 20, session_timeout / 3);
+    // A declared tickTime bounds how long a deposed leader answers syncs: 2 ticks (its
+    // once-per-tick quorum check, and a tick for its scheduling, fsync and GC).
+    let deposed_window = options.server_tick_time.map(|tick| tick * 2);
+    if let Some(window) = deposed_window {
+        let vouched = session_timeout.saturating_sub(window + slack);
+        if vouched < keepalive_interval * 2 {
+            return Err(Error::UnsoundSettings {
+                reason: format!(
+                    "the declared server tickTime of {} ms lets a deposed leader answer syncs for \
+                     up to {} ms after a new leader started, which leaves the lease clock {} ms of \
+                     the {} ms session: less than two keepalive intervals ({} ms). Use a session \
+                     timeout of at least {} ms, or do not declare the tickTime (the keepalive is \
+                     then a transaction, sound at any tickTime)",
+                    window.as_millis() / 2,
+                    window.as_millis(),
+                    vouched.as_millis(),
+                    session_timeout.as_millis(),
+                    keepalive_interval.as_millis(),
+                    ((window.as_millis() as f64) / (1.0 - 1.0 / 20.0 - 2.0 / 6.0)).ceil() as u64,
+                ),
+            });
+        }
+    }
     let acls = options.acls.clone().unwrap_or_else(|| {
         if options.auth.is_empty() && !options.security.authenticates() {
             zk::Acls::anyone_all().to_vec()
@@ -803,7 +867,13 @@ async fn open(
             zk::CreateMode::Container
         },
         // The leader created the session after we sent the connect request.
-        clock: clock::LeaseClock::new(session_timeout, slack, keepalive_interval, connect_sent),
+        clock: clock::LeaseClock::new(
+            session_timeout,
+            slack,
+            keepalive_interval,
+            deposed_window,
+            connect_sent,
+        ),
         counters,
         metrics_path_labels: options.metrics_path_labels,
     });

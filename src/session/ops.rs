@@ -1,7 +1,9 @@
 //! The ZooKeeper operations: the only code that calls the `zookeeper-client` API.
 //!
-//! Every answer feeds the lease clock here, classified once: reads are touches, `sync` and
-//! writes are proofs ([`Answer`]). One rule decides when an outcome is unknown and the
+//! Every answer feeds the lease clock here, classified once ([`Answer`]): reads and what a
+//! follower may answer alone are touches, committed writes (also refused ones the leader
+//! ordered) are proofs, and a `sync` is a proof only as far as the deposed-leader window
+//! allows. One rule decides when an outcome is unknown and the
 //! request must be asked again ([`outcome_unknown`], with its pause in
 //! [`pause_before_retry`]); one mapping turns a session that ended into the [`Error`] to
 //! return ([`ended_error`]); one primitive watches a node ([`NodeWatch`]) and one a
@@ -42,20 +44,24 @@ pub(crate) async fn pause_before_retry() {
     tokio::time::sleep(Duration::from_millis(20)).await;
 }
 
-/// True when the server itself answered with `err`: the request reached it (a write also went
-/// through the leader), so it counts for the lease clock like a success.
-fn answered_by_server(err: &zk::Error) -> bool {
-    matches!(
-        err,
+/// What a write's error answer proves for the lease clock, if the server answered at all.
+///
+/// The leader turns a write that fails against its tree (`NoNode`, `NodeExists`,
+/// `BadVersion`, `NotEmpty`, `NoChildrenForEphemerals`) into an error transaction and answers
+/// it only once its quorum committed it: a proof, like a success. `NoAuth` is only a touch: a
+/// follower with `zookeeper.enableEagerACLCheck` answers it itself, also while cut off from
+/// its leader; and the other refusals are counted the same way, as nothing guarantees a
+/// leader ordered them.
+fn write_error_answer(err: &zk::Error) -> Option<Answer> {
+    match err {
         zk::Error::NoNode
-            | zk::Error::NodeExists
-            | zk::Error::BadVersion
-            | zk::Error::NotEmpty
-            | zk::Error::NoChildrenForEphemerals
-            | zk::Error::NoAuth
-            | zk::Error::InvalidAcl
-            | zk::Error::QuotaExceeded
-    )
+        | zk::Error::NodeExists
+        | zk::Error::BadVersion
+        | zk::Error::NotEmpty
+        | zk::Error::NoChildrenForEphemerals => Some(Answer::Committed),
+        zk::Error::NoAuth | zk::Error::InvalidAcl | zk::Error::QuotaExceeded => Some(Answer::Read),
+        _ => None,
+    }
 }
 
 /// The error for a session that ended in `state`, or `None` if it has not ended: the one
@@ -122,6 +128,26 @@ fn node_event(event: &zk::WatchedEvent) -> Result<NodeEvent> {
         zk::EventType::NodeDeleted => NodeEvent::Deleted,
         _ => NodeEvent::Changed,
     })
+}
+
+/// A mark of the client's connection, taken before setting watches: says whether the
+/// connection broke since.
+///
+/// Events of one connection arrive in zxid order. Watches set again after a reconnect do not:
+/// the client sends its list of watches and the server fires what changed in that list's
+/// order. The client library publishes `Disconnected` when a connection breaks, before it
+/// makes the next one, and dispatches that next connection's events after; so an event that
+/// arrives while the mark sees no change of state came on the connection the watches were set
+/// on. (This reads the library's own state, not a counter our keeper task bumps later.)
+pub(crate) struct ConnectionMark {
+    states: zk::StateWatcher,
+}
+
+impl ConnectionMark {
+    /// True if the session's state changed since the mark was taken.
+    pub(crate) fn changed(&mut self) -> bool {
+        self.states.changed().now_or_never().is_some()
+    }
 }
 
 /// A watch set on a directory's children.
@@ -218,7 +244,7 @@ impl Shared {
                 }
                 Err(e) if outcome_unknown(&e) => pause_before_retry().await,
                 Err(e) => {
-                    if answered_by_server(&e) {
+                    if write_error_answer(&e).is_some() {
                         self.answered(Answer::Read, sent);
                     }
                     return Err(Error::zk(operation, path, e));
@@ -375,7 +401,7 @@ impl Shared {
         let sent = Instant::now();
         match self.client.create(prefix, data, &options).await {
             Ok((stat, sequence)) => {
-                self.answered(Answer::Leader, sent);
+                self.answered(Answer::Committed, sent);
                 Counters::bump(&self.counters.creates);
                 Ok(Created {
                     path: format!("{prefix}{sequence}"),
@@ -385,8 +411,8 @@ impl Shared {
                 })
             }
             Err(e) => {
-                if answered_by_server(&e) {
-                    self.answered(Answer::Leader, sent);
+                if let Some(answer) = write_error_answer(&e) {
+                    self.answered(answer, sent);
                 }
                 Err(e)
             }
@@ -402,7 +428,7 @@ impl Shared {
             let sent = Instant::now();
             match self.client.mkdir(dir, &options).await {
                 Ok(()) => {
-                    self.answered(Answer::Leader, sent);
+                    self.answered(Answer::Committed, sent);
                     tracing::info!(%dir, mode = ?self.directory_mode, "created lock directory");
                     return Ok(());
                 }
@@ -430,7 +456,7 @@ impl Shared {
             let sent = Instant::now();
             match self.client.delete(node, None).await {
                 Ok(()) | Err(zk::Error::NoNode) => {
-                    self.answered(Answer::Leader, sent);
+                    self.answered(Answer::Committed, sent);
                     Counters::bump(&self.counters.deletes);
                     return Ok(());
                 }
@@ -447,7 +473,7 @@ impl Shared {
             let sent = Instant::now();
             match self.client.sync(path).await {
                 Ok(()) | Err(zk::Error::NoNode) => {
-                    self.answered(Answer::Leader, sent);
+                    self.answered(Answer::Synced, sent);
                     return Ok(());
                 }
                 Err(e) if outcome_unknown(&e) => pause_before_retry().await,
@@ -456,30 +482,95 @@ impl Shared {
         }
     }
 
-    /// The keepalive: one `sync`, a proof for the lease clock. Returns whether it was
-    /// answered.
+    /// The keepalive. While a lease is held or an acquire waits (and the servers' tickTime
+    /// was not declared), a transaction that changes nothing: a `multi` with one `check` of
+    /// the session's root at any version, which the leader commits like any write, and so a
+    /// proof that no newer leader existed when it was sent. Otherwise a `sync` (a touch, or a
+    /// bounded proof with the tickTime declared). Returns whether it was answered.
     pub(crate) async fn keepalive(&self) -> bool {
-        let sent = Instant::now();
-        let ok = self.client.sync("/").await.is_ok();
-        if ok {
-            self.answered(Answer::Leader, sent);
+        if self.clock.syncs_prove || !self.clock.vouching_matters() {
+            let sent = Instant::now();
+            let ok = self.client.sync("/").await.is_ok();
+            if ok {
+                self.answered(Answer::Synced, sent);
+            }
+            return ok;
         }
-        ok
+        Counters::bump(&self.counters.keepalive_transactions);
+        let mut writer = self.client.new_multi_writer();
+        if writer.add_check_version("/", -1).is_err() {
+            return false;
+        }
+        let sent = Instant::now();
+        let source = match writer.commit().await {
+            Ok(_) => {
+                self.answered(Answer::Committed, sent);
+                return true;
+            }
+            Err(zk::MultiWriteError::OperationFailed { source, .. }) => source,
+            Err(zk::MultiWriteError::RequestFailed { source }) => source,
+        };
+        match write_error_answer(&source) {
+            Some(answer) => {
+                self.answered(answer, sent);
+                if answer == Answer::Read {
+                    tracing::warn!(error = %source, "keepalive transaction refused: the session's root must be readable for the lease clock to be renewed");
+                }
+                answer == Answer::Committed
+            }
+            None => false,
+        }
+    }
+
+    /// Confirms with the leader that `node` exists, in one committed round trip: a `multi`
+    /// with one `check` of `node` at any version (a transaction that changes nothing), or, with
+    /// the servers' tickTime declared, a `sync` and an `exists` pipelined.
+    async fn confirm_once(&self, node: &str) -> std::result::Result<bool, zk::Error> {
+        let sent = Instant::now();
+        if self.clock.syncs_prove {
+            let sync = self.client.sync(node);
+            let stat = self.client.check_stat(node);
+            return match (sync.await, stat.await) {
+                (Ok(()), Ok(stat)) => {
+                    self.answered(Answer::Synced, sent);
+                    Ok(stat.is_some())
+                }
+                (Err(zk::Error::NoNode), _) => {
+                    self.answered(Answer::Synced, sent);
+                    Ok(false)
+                }
+                (Err(e), _) | (_, Err(e)) => Err(e),
+            };
+        }
+        let mut writer = self.client.new_multi_writer();
+        writer.add_check_version(node, -1)?;
+        let source = match writer.commit().await {
+            Ok(_) => {
+                self.answered(Answer::Committed, sent);
+                return Ok(true);
+            }
+            Err(zk::MultiWriteError::OperationFailed { source, .. }) => source,
+            Err(zk::MultiWriteError::RequestFailed { source }) => source,
+        };
+        if let Some(answer) = write_error_answer(&source) {
+            self.answered(answer, sent);
+        }
+        match source {
+            zk::Error::NoNode => Ok(false),
+            e => Err(e),
+        }
     }
 
     /// One round trip that proves the session is alive at the leader and `node` exists
-    /// (`sync`, then `exists`, pipelined), bounded by the session timeout.
+    /// ([`confirm_once`](Self::confirm_once)), asked again while the outcome is unknown,
+    /// bounded by the session timeout.
     ///
     /// Errors: [`Error::NodeDeleted`] if the node is gone, [`Error::NoAnswer`] if nothing
     /// answered in time, the session's end.
     pub(crate) async fn confirm(&self, node: &str) -> Result<()> {
         let deadline = Instant::now() + self.session_timeout;
         loop {
-            let sent = Instant::now();
-            let sync = self.client.sync(node);
-            let stat = self.client.check_stat(node);
-            let answer = tokio::time::timeout_at(deadline, async { (sync.await, stat.await) });
-            match answer.await {
+            match tokio::time::timeout_at(deadline, self.confirm_once(node)).await {
                 Err(_) => {
                     return Err(Error::NoAnswer {
                         operation: "confirm",
@@ -487,20 +578,14 @@ impl Shared {
                         waited: self.session_timeout,
                     })
                 }
-                Ok((Ok(()), Ok(Some(_)))) => {
-                    self.answered(Answer::Leader, sent);
-                    return Ok(());
-                }
-                Ok((Ok(()), Ok(None))) | Ok((Err(zk::Error::NoNode), _)) => {
-                    self.answered(Answer::Leader, sent);
+                Ok(Ok(true)) => return Ok(()),
+                Ok(Ok(false)) => {
                     return Err(Error::NodeDeleted {
                         node: node.to_string(),
-                    });
+                    })
                 }
-                Ok((Err(e), _)) | Ok((_, Err(e))) if outcome_unknown(&e) => {
-                    pause_before_retry().await
-                }
-                Ok((Err(e), _)) | Ok((_, Err(e))) => return Err(Error::zk("confirm", node, e)),
+                Ok(Err(e)) if outcome_unknown(&e) => pause_before_retry().await,
+                Ok(Err(e)) => return Err(Error::zk("confirm", node, e)),
             }
         }
     }
@@ -538,15 +623,18 @@ impl Shared {
         let sent = Instant::now();
         match writer.commit().await {
             Ok(_) => {
-                self.answered(Answer::Leader, sent);
+                self.answered(Answer::Committed, sent);
                 Ok(())
             }
             Err(zk::CheckWriteError::CheckFailed { .. }) => {
-                self.answered(Answer::Leader, sent);
+                // The check of our node failed (NoNode): an error transaction.
+                self.answered(Answer::Committed, sent);
                 Err(FencedFailure::NodeGone)
             }
             Err(zk::CheckWriteError::OperationFailed { index, source }) => {
-                self.answered(Answer::Leader, sent);
+                if let Some(answer) = write_error_answer(&source) {
+                    self.answered(answer, sent);
+                }
                 Err(FencedFailure::Failed(Error::FencedWriteFailed {
                     path: node.to_string(),
                     index,
@@ -557,6 +645,13 @@ impl Shared {
                 Error::zk("fenced write", node, source),
             )),
         }
+    }
+
+    /// Marks the current connection (see [`ConnectionMark`]).
+    pub(crate) fn mark_connection(&self) -> ConnectionMark {
+        let mut states = self.client.state_watcher();
+        states.state();
+        ConnectionMark { states }
     }
 
     /// The error for our session if it has ended.
@@ -588,17 +683,19 @@ impl Shared {
         let results = match writer.commit().await {
             Ok(results) => results,
             Err(zk::MultiWriteError::OperationFailed { index, source }) => {
-                self.answered(Answer::Leader, sent);
+                if let Some(answer) = write_error_answer(&source) {
+                    self.answered(answer, sent);
+                }
                 return Err((Some(index), source));
             }
             Err(zk::MultiWriteError::RequestFailed { source }) => {
-                if answered_by_server(&source) {
-                    self.answered(Answer::Leader, sent);
+                if let Some(answer) = write_error_answer(&source) {
+                    self.answered(answer, sent);
                 }
                 return Err((None, source));
             }
         };
-        self.answered(Answer::Leader, sent);
+        self.answered(Answer::Committed, sent);
         let mut created = Vec::with_capacity(results.len());
         for (result, prefix) in results.into_iter().zip(prefixes) {
             let zk::MultiWriteResult::Create { path, stat } = result else {
@@ -694,7 +791,7 @@ impl Shared {
             let sent = Instant::now();
             match writer.commit().await {
                 Ok(_) => {
-                    self.answered(Answer::Leader, sent);
+                    self.answered(Answer::Committed, sent);
                     for _ in &left {
                         Counters::bump(&self.counters.deletes);
                     }
@@ -704,14 +801,16 @@ impl Shared {
                     index,
                     source: zk::Error::NoNode,
                 }) if index < left.len() => {
-                    self.answered(Answer::Leader, sent);
+                    self.answered(Answer::Committed, sent);
                     left.remove(index);
                 }
                 Err(zk::MultiWriteError::RequestFailed { source }) if outcome_unknown(&source) => {
                     pause_before_retry().await
                 }
                 Err(zk::MultiWriteError::OperationFailed { index, source }) => {
-                    self.answered(Answer::Leader, sent);
+                    if let Some(answer) = write_error_answer(&source) {
+                        self.answered(answer, sent);
+                    }
                     let node = left.get(index).copied().unwrap_or_default();
                     return Err(Error::zk("delete", node, source));
                 }
