@@ -46,13 +46,18 @@
 //!
 //! - **What the lock service guarantees.** A [`Lease`] is reported
 //!   [`Lost`](LeaseState::Lost) *before* the ensemble can give the lock to anyone else. Only
-//!   the ZooKeeper leader expires sessions, from the touches its followers report; so the
-//!   [`Session`]'s lease clock is renewed only by answers that went through the leader (a
-//!   `sync` or a write), and each vouches for what the leader must have heard: touches sent at
-//!   least `T/4 + slack` earlier. `valid_until` = that touch + `T` − slack. Reads — which a
-//!   follower cut off from its leader goes on answering — never renew it. In practice a
-//!   holder is told `Lost` about `0.6 T` after its last answered keepalive, while the leader
-//!   cannot expire it before about `0.8 T` after it. It assumes ZooKeeper's default bound
+//!   a ZooKeeper leader expires sessions, from the touches its followers report, and a new
+//!   leader gives every session `T` from its own start; so the [`Session`]'s lease clock is
+//!   renewed only by answers a leader with its quorum must have ordered: **committed writes**
+//!   (a keepalive that is a transaction changing nothing, while a lease is held or an acquire
+//!   waits). Each vouches for what that leader must have heard: touches whose answer arrived
+//!   at least `T/4 + slack` before it was sent. `valid_until` = that touch's send time + `T` −
+//!   slack. Reads — which a follower cut off from its leader goes on answering — and `sync`s —
+//!   which a leader cut off from its peers goes on answering for up to about a tick after a
+//!   new leader started — never renew it, unless the servers' tickTime is declared
+//!   ([`SessionOptions::server_tick_time`]), which bounds what a `sync` vouches for. In
+//!   practice a holder is told `Lost` about `0.6 T` after its last answered keepalive, while
+//!   no leader can expire it before about `0.8 T` after it. It assumes ZooKeeper's bound
 //!   `T ≥ 2 × tickTime` and clocks that advance at the same rate on both sides.
 //! - **A blip is not a loss.** A disconnection that ends while the clock still vouches costs
 //!   nothing (the lease may show [`Suspended`](LeaseState::Suspended) meanwhile).

@@ -410,12 +410,14 @@ impl Drop for Inner {
 /// # Guarantees
 ///
 /// - A [`Lease`](crate::Lease) is reported [`Lost`](crate::LeaseState::Lost) no later than
-///   [`valid_until`](Self::valid_until), which is before the leader can expire the session
-///   and let another contender in. The clock is renewed only by answers that went through
-///   the leader (a `sync` or a write), each vouching for the touches sent at least
-///   `T/4 + slack` before it, until `touch + T − slack`; reads never renew it. Without other
-///   traffic a keepalive `sync` every `T/6` keeps it running, and a holder is told `Lost`
-///   about `0.6 T` after the last answered one (the crate docs' safety model).
+///   [`valid_until`](Self::valid_until), which is before any leader can expire the session
+///   and let another contender in. The clock is renewed only by writes a leader committed
+///   (also a deposed leader cannot commit one), each vouching for the touches answered at
+///   least `T/4 + slack` before it was sent, until `touch + T − slack`; reads and syncs never
+///   renew it (see [`SessionOptions::server_tick_time`] for syncs). Without other traffic a
+///   keepalive every `T/6` (a transaction that changes nothing, while a lease is held or an
+///   acquire waits) keeps it running, and a holder is told `Lost` about `0.6 T` after the
+///   last answered one (the crate docs' safety model).
 /// - A short disconnection that ends while the clock vouches costs nothing: leases stay, or
 ///   return from `Suspended` to, `Held`.
 /// - **It outlives an expiry.** When the ensemble expires the ZooKeeper session (or the

@@ -1,5 +1,7 @@
-//! 6. Heartbeat cost of idle sessions: requests per second of a session holding 1 lease and
-//!    of one holding 100, counted at the server over the same window.
+//! 6. Heartbeat cost of idle sessions: requests per second of a session holding 1 lease, of
+//!    one holding 100, and of one holding none, counted at the server over the same window,
+//!    with the lease clock's keepalive transactions per second (a holding session's keepalive
+//!    is a transaction that changes nothing; an idle one's is a `sync`).
 
 use std::time::Instant;
 
@@ -24,26 +26,40 @@ const FLAT_SLACK_REQUESTS: f64 = 2.0;
 pub struct Idle {
     one: Session,
     many: Session,
+    none: Session,
     _leases: Vec<Lease>,
     start: Instant,
     before: Vec<Counted>,
     keepalives_before: (u64, u64),
+    transactions_before: (u64, u64, u64),
 }
 
 impl Idle {
     pub async fn start(bench: &Bench) -> Result<Idle> {
-        let (one, many) = (bench.session().await?, bench.session().await?);
+        let (one, many, none) = (
+            bench.session().await?,
+            bench.session().await?,
+            bench.session().await?,
+        );
         let mut leases = vec![one.lock(&bench.path("keepalive/one")).acquire().await?];
         let locks: Vec<_> = (0..MANY)
             .map(|i| many.lock(&bench.path(&format!("keepalive/many/{i}"))))
             .collect();
         leases.extend(futures::future::try_join_all(locks.iter().map(|l| l.acquire())).await?);
-        touch([one.client(), many.client()]).await?;
-        let before = bench.counted_each(&[one.id(), many.id()]).await?;
+        touch([one.client(), many.client(), none.client()]).await?;
+        let before = bench
+            .counted_each(&[one.id(), many.id(), none.id()])
+            .await?;
         Ok(Idle {
             keepalives_before: (one.metrics().keepalives, many.metrics().keepalives),
+            transactions_before: (
+                one.metrics().keepalive_transactions,
+                many.metrics().keepalive_transactions,
+                none.metrics().keepalive_transactions,
+            ),
             one,
             many,
+            none,
             _leases: leases,
             start: Instant::now(),
             before,
@@ -58,13 +74,24 @@ impl Idle {
         } else {
             progress("6/8 keepalive: counted while 1 and 2 ran");
         }
-        let after = bench.counted_each(&[self.one.id(), self.many.id()]).await?;
+        let after = bench
+            .counted_each(&[self.one.id(), self.many.id(), self.none.id()])
+            .await?;
         let seconds = self.start.elapsed().as_secs_f64();
         let requests = (
             after[0].since(self.before[0]).received,
             after[1].since(self.before[1]).received,
         );
         let (one, many) = (requests.0 as f64 / seconds, requests.1 as f64 / seconds);
+        let none = after[2].since(self.before[2]).received as f64 / seconds;
+        let transactions = (
+            (self.one.metrics().keepalive_transactions - self.transactions_before.0) as f64
+                / seconds,
+            (self.many.metrics().keepalive_transactions - self.transactions_before.1) as f64
+                / seconds,
+            (self.none.metrics().keepalive_transactions - self.transactions_before.2) as f64
+                / seconds,
+        );
         let ka = (
             (self.one.metrics().keepalives - self.keepalives_before.0) as f64 / seconds,
             (self.many.metrics().keepalives - self.keepalives_before.1) as f64 / seconds,
@@ -79,6 +106,18 @@ impl Idle {
                 "requests_per_s_100": round3(many),
                 "keepalives_per_s_1": round3(ka.0),
                 "keepalives_per_s_100": round3(ka.1),
+                "requests_per_s_0": round3(none),
+                "transactions_per_s_1": round3(transactions.0),
+                "transactions_per_s_100": round3(transactions.1),
+                "transactions_per_s_0": round3(transactions.2),
+                "ensemble_per_s_1000_holding": {
+                    "requests": round3(one * 1000.0),
+                    "transactions": round3(transactions.0 * 1000.0),
+                },
+                "ensemble_per_s_1000_idle": {
+                    "requests": round3(none * 1000.0),
+                    "transactions": round3(transactions.2 * 1000.0),
+                },
             }),
         );
         report.row(
@@ -91,8 +130,16 @@ impl Idle {
             )
             .ours(format!("{one:.3} / {many:.3}"))
             .ratio(format!(
-                "of which lease-clock syncs {:.3} / {:.3} (client); over {seconds:.0} s",
-                ka.0, ka.1
+                "of which keepalives {:.3} / {:.3}, transactions {:.3} / {:.3} (client); \
+                 no lease: {none:.3} requests/s, {:.3} transactions/s; 1,000 holding sessions: \
+                 {:.0} requests/s, {:.0} transactions/s at the ensemble; over {seconds:.0} s",
+                ka.0,
+                ka.1,
+                transactions.0,
+                transactions.1,
+                transactions.2,
+                one * 1000.0,
+                transactions.0 * 1000.0,
             ))
             .goal(
                 Goal::new(

@@ -88,6 +88,7 @@ pub struct EnsembleBuilder {
     max_session_timeout: Option<Duration>,
     min_session_timeout: Option<Duration>,
     sync_limit: u32,
+    init_limit: u32,
     peer_links: bool,
     system_properties: Vec<(String, String)>,
     start_timeout: Duration,
@@ -104,6 +105,7 @@ impl Default for EnsembleBuilder {
             max_session_timeout: None,
             min_session_timeout: None,
             sync_limit: 5,
+            init_limit: 10,
             peer_links: false,
             system_properties: Vec::new(),
             start_timeout: Duration::from_secs(60),
@@ -174,6 +176,26 @@ impl EnsembleBuilder {
     /// ```
     pub fn sync_limit(mut self, ticks: u32) -> Self {
         self.sync_limit = ticks;
+        self
+    }
+
+    /// ZooKeeper's `initLimit`, in ticks, default 10: how long a new leader waits for a
+    /// quorum of followers to connect and sync before it gives up and elects again. At a long
+    /// tickTime a small value keeps an election that went astray (a follower that gave up on
+    /// the new leader before it listened) from stalling for `10 × tickTime`.
+    ///
+    /// ```no_run
+    /// # async fn example() -> Result<(), zkfence_testcontainers::HarnessError> {
+    /// use std::time::Duration;
+    /// let zk = zkfence_testcontainers::Ensemble::builder()
+    ///     .tick_time(Duration::from_millis(2000))
+    ///     .init_limit(3)
+    ///     .start()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn init_limit(mut self, ticks: u32) -> Self {
+        self.init_limit = ticks;
         self
     }
 
@@ -342,7 +364,7 @@ impl EnsembleBuilder {
         }
         let mut settings = ServerSettings {
             tick,
-            init_limit: 10,
+            init_limit: self.init_limit.max(1),
             sync_limit: self.sync_limit,
             min_session,
             max_session,
