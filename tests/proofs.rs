@@ -37,7 +37,8 @@ async fn leader_zxid(zk: &Ensemble) -> i64 {
 /// `NoNode`) is one too, an error transaction. A read is not.
 #[tokio::test]
 async fn a_check_only_multi_and_a_refused_write_are_committed_transactions() {
-    let zk = shared_ensemble();
+    // An ensemble of its own: nobody else's transactions may move the zxid.
+    let zk = &own_ensemble(3).await;
     let session = connect(&zk.node_connect_string(0), Duration::from_secs(4)).await;
     let client = session.client();
     let zxid = |zk| leader_zxid(zk);
@@ -142,10 +143,13 @@ async fn a_noauth_answered_by_a_cut_off_follower_renews_nothing() {
     let admin = connect(&zk.node_connect_string(leader), T).await;
     // A lock directory nobody may create nodes in.
     let closed = unique_path("closed");
+    let open = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+    admin.client().mkdir("/test", &open).await.unwrap();
     admin
         .client()
-        .mkdir(
+        .create(
             &closed,
+            b"",
             &zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_read()),
         )
         .await
