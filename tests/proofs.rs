@@ -91,6 +91,14 @@ async fn a_holding_session_keeps_alive_with_transactions_and_an_idle_one_with_sy
         session.metrics().keepalives >= idle_from.keepalives + 3
     })
     .await;
+    // Paced at T/6 (a keepalive that proves nothing must not be sent again at once).
+    let idle = session.metrics().keepalives - idle_from.keepalives;
+    let most = (started.elapsed().as_secs_f64() / (t.as_secs_f64() / 6.0)).ceil() as u64 + 1;
+    assert!(
+        idle <= most,
+        "{idle} idle keepalives in {:?}: at most {most} at T/6",
+        started.elapsed()
+    );
     assert_eq!(
         session.metrics().keepalive_transactions,
         idle_from.keepalive_transactions,
@@ -230,38 +238,49 @@ async fn a_noauth_answered_by_a_cut_off_follower_renews_nothing() {
 /// Issue 25, item 3: after a reconnect the client sets its watches again and the server fires
 /// what changed in the order of the client's list, not in zxid order. A waiter second in line
 /// whose own node and predecessor were both deleted while its connection was down must not be
-/// granted, whichever of the two events comes first. Repeated, since the order of the
-/// client's list is a hash map's.
+/// granted, whichever of the two events comes first. One waiting session on 16 locks at once,
+/// so that many waits wake together with the session's own reconnect handling (the order of
+/// the client's list is a hash map's), in 3 rounds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_whose_node_was_deleted_during_a_disconnection_is_not_granted() {
+    const LOCKS: usize = 16;
     let zk = shared_ensemble();
     let t = Duration::from_secs(4);
-    for n in 0..8 {
-        let dir = unique_path(&format!("reconnect-order-{n}"));
+    for round in 0..3 {
         let admin = connect(&zk.connect_string(), t).await;
         let holder = connect(&zk.connect_string(), t).await;
-        let proxy = FaultProxy::start(vec![zk.client_addr(n % zk.len())])
+        let proxy = FaultProxy::start(vec![zk.client_addr(round % zk.len())])
             .await
             .unwrap();
         let waiter = connect(&proxy.connect_string(), t).await;
-        let lease = holder.lock(&dir).acquire().await.unwrap();
-        let lock = waiter.lock(&dir);
-        let waiting = tokio::spawn(async move { lock.acquire().await });
-        until_children(&admin, &dir, 2).await;
-        let waiter_node = format!("{dir}/{}", queue_order(children(&admin, &dir).await)[1]);
-        // Its watches are set (at the server it is connected to).
+        let dirs: Vec<String> = (0..LOCKS)
+            .map(|i| unique_path(&format!("reconnect-order-{round}-{i}")))
+            .collect();
+        let mut leases = Vec::new();
+        let mut waits = Vec::new();
+        let mut waiter_nodes = Vec::new();
+        for dir in &dirs {
+            leases.push(holder.lock(dir).acquire().await.unwrap());
+            let lock = waiter.lock(dir);
+            waits.push(tokio::spawn(async move { lock.acquire().await }));
+        }
+        for dir in &dirs {
+            until_children(&admin, dir, 2).await;
+            waiter_nodes.push(format!(
+                "{dir}/{}",
+                queue_order(children(&admin, dir).await)[1]
+            ));
+        }
+        // Every wait has its watches set (at the server the waiter is connected to).
         eventually(
-            Duration::from_secs(5),
-            "the waiter watches its node",
+            Duration::from_secs(10),
+            "the waiter watches its nodes",
             || async {
-                let mut found = false;
+                let mut watched = String::new();
                 for i in 0..zk.len() {
-                    found |= zk
-                        .four_letter(i, "wchp")
-                        .await
-                        .is_ok_and(|w| w.contains(&waiter_node));
+                    watched.push_str(&zk.four_letter(i, "wchp").await.unwrap_or_default());
                 }
-                found
+                waiter_nodes.iter().all(|n| watched.contains(n.as_str()))
             },
         )
         .await;
@@ -273,31 +292,35 @@ async fn a_waiter_whose_node_was_deleted_during_a_disconnection_is_not_granted()
             || async { waiter.state() == zkfence::SessionState::Disconnected },
         )
         .await;
-        admin.client().delete(&waiter_node, None).await.unwrap();
-        lease.release().await.unwrap();
-        // Back within the session timeout: the watches are set again and both fire.
+        for (node, lease) in waiter_nodes.iter().zip(leases) {
+            admin.client().delete(node, None).await.unwrap();
+            lease.release().await.unwrap();
+        }
+        // Back within the session timeout: the watches are set again and all fire at once.
         proxy.cut();
         proxy.heal();
-        let outcome = tokio::time::timeout(Duration::from_secs(10), waiting)
-            .await
-            .expect("the waiter's acquire ends")
-            .unwrap();
-        match outcome {
-            Err(Error::NodeDeleted { .. }) => {}
-            Ok(granted) => {
-                let exists = admin
-                    .client()
-                    .check_stat(granted.path())
-                    .await
-                    .unwrap()
-                    .is_some();
-                assert!(
-                    exists && granted.path() != waiter_node,
-                    "round {n}: granted on {} whose node is gone",
-                    granted.path()
-                );
+        for ((wait, node), dir) in waits.into_iter().zip(&waiter_nodes).zip(&dirs) {
+            let outcome = tokio::time::timeout(Duration::from_secs(10), wait)
+                .await
+                .expect("the waiter's acquire ends")
+                .unwrap();
+            match outcome {
+                Err(Error::NodeDeleted { .. }) => {}
+                Ok(granted) => {
+                    let exists = admin
+                        .client()
+                        .check_stat(granted.path())
+                        .await
+                        .unwrap()
+                        .is_some();
+                    assert!(
+                        exists && granted.path() != node,
+                        "round {round}, {dir}: granted on {} whose node is gone",
+                        granted.path()
+                    );
+                }
+                Err(other) => panic!("round {round}, {dir}: {other}"),
             }
-            Err(other) => panic!("round {n}: {other}"),
         }
     }
 }

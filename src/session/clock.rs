@@ -497,10 +497,16 @@ async fn watch_lapses(lease_clock: &LeaseClock, session_id: zookeeper_client::Se
             _ = tokio::time::sleep_until(clock.valid_until), if !clock.lapsed => {
                 let lapsed = lease_clock.clock.send_if_modified(|c| c.lapse_if_due(Instant::now()));
                 if lapsed {
-                    tracing::warn!(
-                        %session_id,
-                        "lease clock lapsed: the leader has not vouched for the session in time"
-                    );
+                    if lease_clock.vouching_matters() {
+                        tracing::warn!(
+                            %session_id,
+                            "lease clock lapsed: the leader has not vouched for the session in time"
+                        );
+                    } else {
+                        // An idle session's keepalives are touches, not proofs: its clock
+                        // runs out and the next acquire's create renews it.
+                        tracing::debug!(%session_id, "lease clock lapsed on an idle session");
+                    }
                     lease_clock.lose_all(LossReason::ClockLapsed);
                 }
             }
@@ -514,8 +520,10 @@ async fn follow_session(shared: Arc<Shared>, mut states: zookeeper_client::State
     let lease_clock = &shared.clock;
     let interval = lease_clock.keepalive_interval;
     let mut keepalive: Option<Keepalive> = None;
+    // An idle session's keepalive is not a proof: it must pace the next one too.
+    let mut last_keepalive_sent = lease_clock.last_proof_sent();
     loop {
-        let next_keepalive = lease_clock.last_proof_sent() + interval;
+        let next_keepalive = lease_clock.last_proof_sent().max(last_keepalive_sent) + interval;
         tokio::select! {
             state = states.changed() => {
                 let new = match state {
@@ -549,12 +557,15 @@ async fn follow_session(shared: Arc<Shared>, mut states: zookeeper_client::State
                     crate::telemetry::reconnected();
                     // Renew at once: a blip that ends inside valid_until must cost nobody a
                     // lock. A keepalive sent on the old connection will never be answered.
+                    last_keepalive_sent = Instant::now();
                     keepalive = Some(send_keepalive(&shared));
                 }
             }
             _ = tokio::time::sleep_until(next_keepalive), if keepalive.is_none() => {
-                // Only proofs move the schedule: reads never delay a keepalive.
-                if lease_clock.last_proof_sent() + interval <= Instant::now() {
+                // Only proofs and keepalives move the schedule: reads never delay one.
+                let now = Instant::now();
+                if lease_clock.last_proof_sent().max(last_keepalive_sent) + interval <= now {
+                    last_keepalive_sent = now;
                     keepalive = Some(send_keepalive(&shared));
                 }
             }
