@@ -53,8 +53,8 @@
 //! The keeper sends a keepalive every `T/6` unless a proof was sent meanwhile (a busy
 //! session's own writes stand in for it). While the session has a node in a queue (a lease
 //! held or an acquire in progress) it is a **transaction** that changes nothing: a `multi`
-//! with one `check` of the session's root, which the leader commits like any write (by
-//! default; with `server_tick_time` declared, a `sync`). An idle session's keepalive is a
+//! with one `check` of a node we hold (else of the session's root), which the leader commits
+//! like any write (by default; with `server_tick_time` declared, a `sync`). An idle session's keepalive is a
 //! `sync`: a touch that its next acquire's create then proves. Without other traffic `t*` is
 //! the keepalive before last and a holder is told `Lost` about `0.6 T` after its last answered
 //! keepalive was sent; the leader cannot expire the session before about `0.8 T` after it.
@@ -439,6 +439,16 @@ impl LeaseClock {
             .filter_map(Weak::upgrade)
             .map(|h| h.node.clone())
             .collect()
+    }
+
+    /// The node of one registered lease, if any.
+    pub(crate) fn any_held_node(&self) -> Option<String> {
+        self.holdings
+            .lock()
+            .unwrap()
+            .values()
+            .find_map(Weak::upgrade)
+            .map(|h| h.node.clone())
     }
 
     /// Ends every registered lease with `reason`.

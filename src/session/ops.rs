@@ -483,10 +483,11 @@ impl Shared {
     }
 
     /// The keepalive. While a lease is held or an acquire waits (and the servers' tickTime
-    /// was not declared), a transaction that changes nothing: a `multi` with one `check` of
-    /// the session's root at any version, which the leader commits like any write, and so a
-    /// proof that no newer leader existed when it was sent. Otherwise a `sync` (a touch, or a
-    /// bounded proof with the tickTime declared). Returns whether it was answered.
+    /// was not declared), a transaction that changes nothing: a `multi` with one `check` at
+    /// any version of a node we hold (else of the session's root), which the leader commits
+    /// like any write, and so a proof that no newer leader existed when it was sent.
+    /// Otherwise a `sync` (a touch, or a bounded proof with the tickTime declared). Returns
+    /// whether it was answered.
     pub(crate) async fn keepalive(&self) -> bool {
         if self.clock.syncs_prove || !self.clock.vouching_matters() {
             let sent = Instant::now();
@@ -497,8 +498,15 @@ impl Shared {
             return ok;
         }
         Counters::bump(&self.counters.keepalive_transactions);
+        // One of our own nodes if we hold one (readable by us whatever the ACLs above it; a
+        // check of one that was deleted is an error transaction, a proof all the same), else
+        // the session's root.
+        let target = self
+            .clock
+            .any_held_node()
+            .unwrap_or_else(|| "/".to_string());
         let mut writer = self.client.new_multi_writer();
-        if writer.add_check_version("/", -1).is_err() {
+        if writer.add_check_version(&target, -1).is_err() {
             return false;
         }
         let sent = Instant::now();
@@ -514,7 +522,7 @@ impl Shared {
             Some(answer) => {
                 self.answered(answer, sent);
                 if answer == Answer::Read {
-                    tracing::warn!(error = %source, "keepalive transaction refused: the session's root must be readable for the lease clock to be renewed");
+                    tracing::warn!(error = %source, node = %target, "keepalive transaction refused: the node it checks must be readable for the lease clock to be renewed");
                 }
                 answer == Answer::Committed
             }
