@@ -137,6 +137,15 @@ impl Lease {
         };
         // The clock may have lapsed between the grant and the registration.
         lease.state();
+        // Or `Session::close` marked the session closed after the grant was decided: its
+        // list of nodes to delete may not have this one (it was read before we registered),
+        // and nothing would delete it while this lease keeps the ZooKeeper session open.
+        if lease.session.shared().clock.now().state == SessionState::Closed {
+            drop(DeleteOnDrop {
+                shared: Some(lease.session.shared().clone()),
+                node: lease.node.clone(),
+            });
+        }
         lease
     }
 

@@ -618,7 +618,10 @@ async fn killing_the_zookeeper_leader_changes_no_leadership() {
     let disconnected = tokio::spawn({
         let a = a.clone();
         async move {
-            while !a.state_changed().await.is_terminal() {
+            while let Some(state) = a.state_changed().await {
+                if state.is_terminal() {
+                    break;
+                }
                 if a.state() == SessionState::Disconnected {
                     return true;
                 }
@@ -743,7 +746,10 @@ async fn pausing_a_follower_or_the_zookeeper_leader_changes_no_leadership() {
         let disconnected = tokio::spawn({
             let a = a.clone();
             async move {
-                while !a.state_changed().await.is_terminal() {
+                while let Some(state) = a.state_changed().await {
+                    if state.is_terminal() {
+                        break;
+                    }
                     if a.state() == SessionState::Disconnected {
                         return true;
                     }

@@ -418,7 +418,13 @@ async fn follow_session(shared: Arc<Shared>, mut states: zookeeper_client::State
                     Zs::AuthFailed => SessionState::AuthFailed,
                 };
                 let clock = lease_clock.now();
-                lease_clock.clock.send_modify(|c| c.state = new);
+                // `Session::close` marks the session Closed for good: no later state of the
+                // client's connection reopens it.
+                lease_clock.clock.send_modify(|c| {
+                    if c.state != SessionState::Closed {
+                        c.state = new;
+                    }
+                });
                 let session_id = shared.client.session_id();
                 match new {
                     SessionState::Disconnected => {
