@@ -428,7 +428,8 @@ impl Session {
     /// Cancel safe: a dropped connect closes whatever session it had opened.
     ///
     /// # Notable errors
-    /// - [`Error::ConnectFailed`] if no server answered within the connect timeout.
+    /// - [`Error::ConnectFailed`] if the session was not established within the connect
+    ///   timeout, which bounds every step (the handshake, then the chroot check).
     /// - [`Error::ChrootMissing`] if the chroot does not exist.
     /// - [`Error::AuthFailed`] if the credentials were rejected.
     /// - [`Error::InvalidConnectString`] if `connect` cannot be parsed.
@@ -756,8 +757,10 @@ async fn open(
         reason,
     };
     let connect_sent = Instant::now();
+    // One deadline for every step of connect, the handshake and the chroot check after it.
+    let deadline = connect_sent + connect_timeout;
     let attempt = secured.connect(hosts, connect_timeout);
-    let client = match tokio::time::timeout(connect_timeout, attempt).await {
+    let client = match tokio::time::timeout_at(deadline, attempt).await {
         Err(_) => return Err(unreachable("connect timed out".into())),
         Ok(Err(security::Failed::Found(e))) => return Err(e),
         Ok(Err(security::Failed::Client(e))) => match e {
@@ -777,14 +780,19 @@ async fn open(
         Some(chroot) => {
             // Before the chroot applies, the only direct call outside ops.rs: the session
             // does not exist for zkfence yet.
-            match client.check_stat(chroot).await {
-                Ok(Some(_)) => {}
-                Ok(None) => {
+            match tokio::time::timeout_at(deadline, client.check_stat(chroot)).await {
+                Err(_) => {
+                    return Err(unreachable(format!(
+                        "the session was established, but the check that the chroot {chroot} exists got no answer in time"
+                    )))
+                }
+                Ok(Ok(Some(_))) => {}
+                Ok(Ok(None)) => {
                     return Err(Error::ChrootMissing {
                         chroot: chroot.to_string(),
                     })
                 }
-                Err(e) => return Err(Error::zk("check chroot", chroot, e)),
+                Ok(Err(e)) => return Err(Error::zk("check chroot", chroot, e)),
             }
             client
                 .chroot(chroot.to_string())
