@@ -40,7 +40,8 @@ Exit codes:
   4        authentication failed or an ACL denied access
   75       exec --timeout passed, or --no-wait found the lock taken: nothing ran (EX_TEMPFAIL)
   76       the lock (exec) or leadership (elect --once) was lost, or about to run out unrenewed,
-           while CMD ran; CMD's whole process group was stopped before the lock could pass on
+           while CMD ran (or before it could start: nothing ran); CMD's whole process group
+           was stopped before the lock could pass on
   77       CMD's group could not be stopped: processes of another user in it (setuid, sudo)
            escaped the kill and may still run; run zkfence as that user instead
   126/127  CMD could not be executed / was not found
