@@ -329,9 +329,11 @@ impl Election {
     /// `LeaderSelector` with auto-requeue, for services that run for months.
     ///
     /// - When leadership is **lost** (the lease clock ran out, our node was deleted, or the
-    ///   session expired), `lead` is cancelled — dropped at its next await point, before any
-    ///   other candidate can be elected — and the candidate queues again: after an expiry on
-    ///   the new ZooKeeper session the [`Session`] opens.
+    ///   session expired), `lead` is cancelled — dropped at its next await point — and the
+    ///   candidate queues again: after an expiry on the new ZooKeeper session the [`Session`]
+    ///   opens. On a lapse of the clock our node stays until `lead` is dropped
+    ///   ([`Lease::keep_node_until_released`](crate::Lease::keep_node_until_released)), so no
+    ///   other candidate is elected while it still runs.
     /// - When `lead` **returns** `Ok`, leadership is handed on: our node is deleted, so the
     ///   next candidate in line is elected, and this one queues again behind it. (Alone in the
     ///   election, it is elected again at once: a `lead` that returns immediately then spins.)
@@ -390,6 +392,11 @@ impl Election {
             // Session does after an expiry.
             let leadership_session = leadership.lease().session().shared();
             let node = leadership.lease().path().to_string();
+            // A lapse of the clock must not delete our node before `lead` is dropped: the
+            // next candidate could be elected while our task still runs (it is dropped only
+            // when this select is next polled). The drop of the Leadership, with `lead`,
+            // releases the node; the session's expiry still bounds it.
+            leadership.lease.keep_node_until_released();
             let watch = leadership.lease.loss_watch();
             let token = leadership.token();
             let ended = tokio::select! {
@@ -407,8 +414,9 @@ impl Election {
                             .session_ended()
                             .unwrap_or(Error::SessionClosed));
                     }
-                    // The node is gone, or the session deletes it once a server answers again;
-                    // after an expiry the next campaign waits for the new session.
+                    // The Leadership, dropped with `lead`, deletes the node once a server
+                    // answers (or it went with the session); after an expiry the next
+                    // campaign waits for the new session.
                 }
                 Ended::Shutdown => {
                     tracing::info!(%id, %token, "shutting down: resigning leadership");

@@ -137,6 +137,15 @@ impl Lease {
         };
         // The clock may have lapsed between the grant and the registration.
         lease.state();
+        // Or `Session::close` marked the session closed after the grant was decided: its
+        // list of nodes to delete may not have this one (it was read before we registered),
+        // and nothing would delete it while this lease keeps the ZooKeeper session open.
+        if lease.session.shared().clock.now().state == SessionState::Closed {
+            drop(DeleteOnDrop {
+                shared: Some(lease.session.shared().clone()),
+                node: lease.node.clone(),
+            });
+        }
         lease
     }
 
@@ -167,6 +176,39 @@ impl Lease {
     /// `Session` opened a new one. Locks and elections made from it use the live one.
     pub fn session(&self) -> &Session {
         &self.session
+    }
+
+    /// Keeps our node in the queue when the lease clock lapses, until this lease is released
+    /// or dropped. Returns where the lease stands once that holds.
+    ///
+    /// By default a lapse of the clock ends the lease *and* deletes its node as soon as the
+    /// ensemble answers again, so the lock is not blocked by a holder that was told it lost.
+    /// A holder that must first stop work it cannot stop at once (the CLI's `exec` stops a
+    /// whole process group, which can take a while) keeps the node instead: the lease is
+    /// still [`Lost`](LeaseState::Lost)`(ClockLapsed)` at the lapse, but nobody else can be
+    /// granted before it releases. The session's expiry still bounds that: a holder that
+    /// dies or stays silent loses the node with its session.
+    ///
+    /// Call it before acting on the lease. If the lease is already `Lost` (the returned
+    /// state says so), its node may already be going.
+    ///
+    /// ```no_run
+    /// # async fn f(session: zkfence::Session) -> zkfence::Result<()> {
+    /// # async fn stop_the_work() {}
+    /// let lease = session.lock("/locks/job").acquire().await?;
+    /// if let zkfence::LeaseState::Lost(_) = lease.keep_node_until_released() {
+    ///     return Ok(()); // lost before the work started
+    /// }
+    /// let reason = lease.lost().await;
+    /// stop_the_work().await; // nobody else holds the lock meanwhile
+    /// lease.release().await.ok(); // now the next holder may be granted
+    /// # let _ = reason; Ok(()) }
+    /// ```
+    pub fn keep_node_until_released(&self) -> LeaseState {
+        self.holding.keep_node.store(true, Ordering::SeqCst);
+        // A lapse recorded before the flag was seen has started the deletion; one after it
+        // reads the flag. The state, read after, tells which.
+        self.state()
     }
 
     /// Where the lease stands now. Cheap: no request is sent.

@@ -369,7 +369,7 @@ impl MultiLock {
                 Ok(Some(self.lease(grants, claim).await?))
             }
             other => {
-                pending.cleanup().await;
+                pending.cleanup_until(Instant::now() + CLEANUP_GRACE).await;
                 other.map(|_| None)
             }
         }
@@ -422,9 +422,22 @@ impl MultiLock {
         };
         let result = match timed {
             Ok(result) => result,
-            Err(_) => Err(self
-                .timeout_error(&queues, &pending, &granted, started.elapsed())
-                .await),
+            Err(_) => {
+                // The progress read (for the message) and the cleanup share one grace, so
+                // a silent ensemble delays the error by it once, not once per step. The
+                // read goes first: on one connection it is answered before the delete, so
+                // it still sees our node.
+                let waited = started.elapsed();
+                let grace_ends = Instant::now() + CLEANUP_GRACE;
+                let nodes = pending.nodes.clone();
+                let progress = tokio::time::timeout_at(
+                    grace_ends,
+                    self.timeout_error(&queues, nodes.as_deref(), &granted, waited),
+                );
+                let cleanup = pending.cleanup_until(grace_ends);
+                let (err, ()) = tokio::join!(progress, cleanup);
+                Err(err.unwrap_or_else(|_| self.bare_timeout_error(&queues, &granted, waited)))
+            }
         };
         telemetry::waited(&tag, started.elapsed(), &result);
         match result {
@@ -433,9 +446,32 @@ impl MultiLock {
                 Ok(grants)
             }
             Err(err) => {
-                pending.cleanup().await;
+                pending.cleanup_until(Instant::now() + CLEANUP_GRACE).await;
                 Err(err)
             }
+        }
+    }
+
+    /// The first path not granted yet.
+    fn first_waiting(granted: &[AtomicBool]) -> usize {
+        granted
+            .iter()
+            .position(|g| !g.load(Ordering::Acquire))
+            .unwrap_or(0)
+    }
+
+    /// The timeout error without the progress the ensemble did not tell in time.
+    fn bare_timeout_error(
+        &self,
+        queues: &[Queue],
+        granted: &[AtomicBool],
+        waited: Duration,
+    ) -> Error {
+        Error::Timeout {
+            path: queues[Self::first_waiting(granted)].dir().to_string(),
+            waited,
+            ahead: 0,
+            holder: None,
         }
     }
 
@@ -443,15 +479,12 @@ impl MultiLock {
     async fn timeout_error(
         &self,
         queues: &[Queue],
-        pending: &Pending,
+        nodes: Option<&[String]>,
         granted: &[AtomicBool],
         waited: Duration,
     ) -> Error {
-        let i = granted
-            .iter()
-            .position(|g| !g.load(Ordering::Acquire))
-            .unwrap_or(0);
-        let (ahead, holder) = match pending.nodes.as_ref().and_then(|n| n.get(i)) {
+        let i = Self::first_waiting(granted);
+        let (ahead, holder) = match nodes.and_then(|n| n.get(i)) {
             Some(node) => queues[i].progress_of(node).await,
             None => (0, None),
         };
@@ -464,6 +497,8 @@ impl MultiLock {
     }
 
     async fn lease(&self, grants: Vec<Grant>, claim: Claim) -> Result<MultiLease> {
+        #[cfg(test)]
+        tests::assembly_gate().await;
         // Every grant is bound to the one ZooKeeper session the nodes were created on.
         let session = grants[0].session.clone();
         let leases: Vec<Lease> = grants
@@ -486,7 +521,9 @@ impl MultiLock {
             .map(|l| (l.lock_path().to_string(), l.state()))
             .find(|(_, s)| matches!(s, LeaseState::Lost(_)))
         {
-            let _ = lease.release().await;
+            // Released in the background (the guard's drop): the ensemble may be silent
+            // right now, and the caller's timeout must not wait for it.
+            drop(lease);
             return Err(Error::LockLost { path, reason });
         }
         Ok(lease)
@@ -632,12 +669,12 @@ impl Pending {
         ))
     }
 
-    /// Removes whatever nodes we may have; waits for that at most [`CLEANUP_GRACE`], then
-    /// leaves it to the background.
-    async fn cleanup(&mut self) {
+    /// Removes whatever nodes we may have; waits for that until `until` at most, then
+    /// leaves it to the background. (A second call does nothing: the first disarmed.)
+    async fn cleanup_until(&mut self, until: Instant) {
         if let Some(task) = self.task() {
             let task = tokio::spawn(task);
-            if tokio::time::timeout(CLEANUP_GRACE, task).await.is_err() {
+            if tokio::time::timeout_at(until, task).await.is_err() {
                 tracing::debug!(
                     "no answer yet while leaving the queues: the delete goes on in the background"
                 );
@@ -897,6 +934,97 @@ impl Drop for MultiLease {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A test's hold on the moment between the last grant and the assembly of the
+    /// multi-lease: armed, the next assembly tells `REACHED` and waits for `OPEN`.
+    static GATE_ARMED: AtomicBool = AtomicBool::new(false);
+    static REACHED: tokio::sync::Notify = tokio::sync::Notify::const_new();
+    static OPEN: tokio::sync::Notify = tokio::sync::Notify::const_new();
+
+    pub(super) async fn assembly_gate() {
+        if GATE_ARMED.swap(false, Ordering::AcqRel) {
+            REACHED.notify_one();
+            OPEN.notified().await;
+        }
+    }
+
+    /// Issue 21, item 7: a path whose lease is already lost when the multi-lease is
+    /// assembled (the clock lapsed after the grants, the ensemble silent) no longer makes
+    /// `acquire_timeout` wait for the release inline: it fails at once with `LockLost`, and
+    /// the nodes go in the background once the ensemble answers.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_lease_lost_at_assembly_does_not_stretch_acquire_timeout() {
+        use zkfence_testcontainers::Ensemble;
+        let t = Duration::from_secs(2);
+        let zk = Ensemble::builder()
+            .nodes(1)
+            .tick_time(Duration::from_millis(200))
+            .start()
+            .await
+            .expect("start an ensemble");
+        let proxy = zk.proxy().await.unwrap();
+        let options = || crate::SessionOptions::new().session_timeout(t);
+        let session = Session::connect(&proxy.connect_string(), options())
+            .await
+            .unwrap();
+        let admin = Session::connect(&zk.connect_string(), options())
+            .await
+            .unwrap();
+        let (a, b) = ("/assembly/a", "/assembly/b");
+        let other = admin.lock(b).acquire().await.unwrap();
+        let children = |dir: &'static str| {
+            let admin = admin.clone();
+            async move {
+                let _ = admin.client().sync(dir).await;
+                admin.client().list_children(dir).await.unwrap_or_default()
+            }
+        };
+        GATE_ARMED.store(true, Ordering::Release);
+        let group = session.multi_lock(&[a, b]);
+        let acquiring = tokio::spawn(async move {
+            let result = group.acquire_timeout(Duration::from_secs(30)).await;
+            (result, Instant::now())
+        });
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while children(b).await.len() < 2 {
+            assert!(
+                Instant::now() < deadline,
+                "the multi-lock never queued on {b}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        other.release().await.unwrap();
+        tokio::time::timeout(Duration::from_secs(10), REACHED.notified())
+            .await
+            .expect("the multi-lock was granted both paths");
+        // Silent ensemble, lapsed clock: both grants are lost before the assembly.
+        proxy.blackhole();
+        let deadline = Instant::now() + 3 * t;
+        while session.valid_until().is_some() {
+            assert!(Instant::now() < deadline, "the lease clock never lapsed");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let opened = Instant::now();
+        OPEN.notify_one();
+        let (result, returned) = tokio::time::timeout(Duration::from_secs(10), acquiring)
+            .await
+            .expect("acquire_timeout returned within 10 s")
+            .unwrap();
+        let took = returned - opened;
+        assert!(
+            took < CLEANUP_GRACE + Duration::from_millis(200),
+            "acquire_timeout returned {took:?} after the assembly began ({result:?})"
+        );
+        assert!(matches!(result, Err(Error::LockLost { .. })), "{result:?}");
+        // The cleanup went on in the background: once the ensemble answers (or the session
+        // expires), nothing of ours is left.
+        proxy.heal();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !(children(a).await.is_empty() && children(b).await.is_empty()) {
+            assert!(Instant::now() < deadline, "our nodes outlived the heal");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
 
     fn paths(p: &[&str]) -> Vec<String> {
         p.iter().map(|s| s.to_string()).collect()

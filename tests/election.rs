@@ -618,7 +618,10 @@ async fn killing_the_zookeeper_leader_changes_no_leadership() {
     let disconnected = tokio::spawn({
         let a = a.clone();
         async move {
-            while !a.state_changed().await.is_terminal() {
+            while let Some(state) = a.state_changed().await {
+                if state.is_terminal() {
+                    break;
+                }
                 if a.state() == SessionState::Disconnected {
                     return true;
                 }
@@ -743,7 +746,10 @@ async fn pausing_a_follower_or_the_zookeeper_leader_changes_no_leadership() {
         let disconnected = tokio::spawn({
             let a = a.clone();
             async move {
-                while !a.state_changed().await.is_terminal() {
+                while let Some(state) = a.state_changed().await {
+                    if state.is_terminal() {
+                        break;
+                    }
                     if a.state() == SessionState::Disconnected {
                         return true;
                     }
@@ -1084,4 +1090,94 @@ async fn scheduler_leader_recipe_runs_against_a_harness_ensemble() {
         stdout.contains("failover"),
         "the recipe reports its failover"
     );
+}
+
+/// Issue 21, item 1: when the lease clock lapses, `run` hands leadership on only once the
+/// leader task is dropped. The task here is busy without an await (a blocking call, a long
+/// computation) across the lapse, so `run` can drop it only when it next yields; before the
+/// fix the node was deleted at the lapse (as soon as the ensemble answered again), and the
+/// next candidate led while the old task still ran.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_hands_leadership_on_after_a_lapse_only_once_the_leader_task_is_dropped() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    struct Busy {
+        started: mpsc::UnboundedSender<()>,
+        let_go: Arc<AtomicBool>,
+        dropped: Arc<Mutex<Option<Instant>>>,
+    }
+    struct MarkDrop(Arc<Mutex<Option<Instant>>>);
+    impl Drop for MarkDrop {
+        fn drop(&mut self) {
+            *self.0.lock().unwrap() = Some(Instant::now());
+        }
+    }
+    #[async_trait::async_trait]
+    impl LeaderTask for Busy {
+        async fn lead(&mut self, leadership: zkfence::Leadership) -> zkfence::Result<()> {
+            let _mark = MarkDrop(self.dropped.clone());
+            let _ = self.started.send(());
+            while !self.let_go.load(Ordering::SeqCst) {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            std::future::pending::<()>().await;
+            drop(leadership);
+            Ok(())
+        }
+    }
+    let zk = shared_ensemble();
+    let path = unique_path("run-lapse");
+    let proxy = zk.proxy().await.unwrap();
+    let t = Duration::from_secs(4);
+    let runner = connect(&proxy.connect_string(), t).await;
+    let other = connect(&zk.connect_string(), t).await;
+    let (started, mut leading) = mpsc::unbounded_channel();
+    let let_go = Arc::new(AtomicBool::new(false));
+    let dropped = Arc::new(Mutex::new(None));
+    let mut task = Busy {
+        started,
+        let_go: let_go.clone(),
+        dropped: dropped.clone(),
+    };
+    let election = runner.election(&path);
+    let running =
+        tokio::spawn(async move { election.run("a", &mut task, std::future::pending()).await });
+    timeout(STEP, leading.recv())
+        .await
+        .expect("a leads")
+        .unwrap();
+    let next = other.election(&path);
+    let campaigning = tokio::spawn(async move {
+        let leadership = next.campaign("b").await;
+        (leadership, Instant::now())
+    });
+    until_children(&other, &path, 2).await;
+
+    // The ensemble stops answering a (its requests still arrive: the session lives), so its
+    // clock lapses; then answers again.
+    proxy.hold_responses();
+    eventually(3 * t, "a's lease clock lapsed", || async {
+        runner.valid_until().is_none()
+    })
+    .await;
+    proxy.heal();
+    let watched = Instant::now();
+    while !campaigning.is_finished() && watched.elapsed() < Duration::from_secs(3) {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let led_while_busy = campaigning.is_finished();
+    let_go.store(true, Ordering::SeqCst);
+    let (leadership, elected_at) = timeout(3 * t, campaigning).await.expect("b leads").unwrap();
+    let leadership = leadership.expect("b's campaign");
+    eventually(3 * t, "a's task is dropped", || async {
+        dropped.lock().unwrap().is_some()
+    })
+    .await;
+    let dropped_at = dropped.lock().unwrap().unwrap();
+    assert!(
+        !led_while_busy && dropped_at < elected_at,
+        "b led {:?} before a's task was dropped (b led while a's task was busy: {led_while_busy})",
+        dropped_at.saturating_duration_since(elected_at)
+    );
+    leadership.resign().await.unwrap();
+    running.abort();
 }

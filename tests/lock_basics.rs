@@ -777,3 +777,82 @@ async fn a_deleted_lock_directory_is_a_clear_error() {
     assert!(err.to_string().contains("acquire again"), "{err}");
     drop(holder);
 }
+
+/// A loopback relay to `server` that passes the handshake of each connection (its first two
+/// answers) and throws every later answer away: the server gets every request, the client
+/// hears nothing after the handshake.
+async fn answers_only_the_handshake(server: std::net::SocketAddr) -> std::net::SocketAddr {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((client, _)) = listener.accept().await {
+            let Ok(upstream) = tokio::net::TcpStream::connect(server).await else {
+                continue;
+            };
+            let (mut client_read, mut client_write) = client.into_split();
+            let (mut server_read, mut server_write) = upstream.into_split();
+            tokio::spawn(async move {
+                let _ = tokio::io::copy(&mut client_read, &mut server_write).await;
+            });
+            tokio::spawn(async move {
+                // The session's answer and that of the ping the client sends right after it
+                // (its connect waits for both); each a 4-byte big-endian length, then that
+                // many bytes.
+                for _ in 0..2 {
+                    let mut len = [0u8; 4];
+                    if server_read.read_exact(&mut len).await.is_err() {
+                        return;
+                    }
+                    let mut frame = vec![0u8; u32::from_be_bytes(len) as usize];
+                    if server_read.read_exact(&mut frame).await.is_err() {
+                        return;
+                    }
+                    let _ = client_write.write_all(&len).await;
+                    let _ = client_write.write_all(&frame).await;
+                }
+                let _ = tokio::io::copy(&mut server_read, &mut tokio::io::sink()).await;
+                drop(client_write);
+            });
+        }
+    });
+    addr
+}
+
+/// Issue 21, item 9: every step of `connect` counts against its one connect timeout, the
+/// chroot check after the handshake included (it had no timeout of its own: with answers
+/// lost after the handshake, connect waited until the connection broke).
+#[tokio::test]
+async fn connect_with_a_chroot_keeps_its_timeout_when_answers_stop_after_the_handshake() {
+    let zk = shared_ensemble();
+    let server: std::net::SocketAddr = zk
+        .connect_string()
+        .split(',')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let relay = answers_only_the_handshake(server).await;
+    let connect_timeout = Duration::from_secs(1);
+    let started = tokio::time::Instant::now();
+    let result = within(
+        Duration::from_secs(20),
+        "connect returns",
+        Session::connect(
+            &format!("{relay}/chroot-{}", uuid::Uuid::new_v4().simple()),
+            SessionOptions::new()
+                .session_timeout(T)
+                .connect_timeout(connect_timeout),
+        ),
+    )
+    .await;
+    let took = started.elapsed();
+    assert!(
+        took < connect_timeout + Duration::from_millis(300),
+        "connect with a {connect_timeout:?} timeout returned after {took:?}: {result:?}"
+    );
+    assert!(
+        matches!(result, Err(Error::ConnectFailed { .. })),
+        "{result:?}"
+    );
+}

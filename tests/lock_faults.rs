@@ -748,7 +748,10 @@ async fn pausing_a_follower_or_the_zookeeper_leader_costs_nobody_the_lock() {
         let disconnected = tokio::spawn({
             let s = holder_session.clone();
             async move {
-                while !s.state_changed().await.is_terminal() {
+                while let Some(state) = s.state_changed().await {
+                    if state.is_terminal() {
+                        break;
+                    }
                     if s.state() == SessionState::Disconnected {
                         return true;
                     }

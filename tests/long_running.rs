@@ -16,16 +16,15 @@ const T: Duration = Duration::from_secs(2);
 fn record_states(session: &Session) -> Arc<Mutex<Vec<(SessionState, Instant, i64)>>> {
     let log = Arc::new(Mutex::new(vec![]));
     let (session, record) = (session.clone(), log.clone());
+    // Until the session ends for good: `state_changed` says so with `None` after every
+    // terminal state that no new session follows (closed, refused, expired without
+    // reopening), so this task never outlives the session nor spins.
     tokio::spawn(async move {
-        loop {
-            let state = session.state_changed().await;
+        while let Some(state) = session.state_changed().await {
             record
                 .lock()
                 .unwrap()
                 .push((state, Instant::now(), session.id()));
-            if state == SessionState::Closed || state == SessionState::AuthFailed {
-                return;
-            }
         }
     });
     log
@@ -183,13 +182,14 @@ async fn a_close_whose_caller_stops_waiting_still_closes() {
     let clone = session.clone();
     let cancelled = tokio::time::timeout(Duration::ZERO, session.close()).await;
     assert!(cancelled.is_err(), "close finished without a round trip");
+    // Marked closed before the first pending step.
+    assert_eq!(clone.state(), SessionState::Closed);
     eventually(
         2 * T,
-        "the abandoned close marks the session closed",
-        || async { clone.state() == SessionState::Closed },
+        "the abandoned close deletes the lease's node",
+        || async { admin.client().check_stat(&node).await.unwrap().is_none() },
     )
     .await;
-    assert!(admin.client().check_stat(&node).await.unwrap().is_none());
     assert!(matches!(
         clone.lock(&dir).try_acquire().await,
         Err(Error::SessionClosed)
@@ -221,11 +221,8 @@ async fn close_ends_the_session_at_the_server_and_stops_reopening() {
         .unwrap()
         .unwrap();
     assert!(admin.client().check_stat(&node).await.unwrap().is_none());
-    // Marked closed once the deletion is answered, which the waiter's grant can beat.
-    eventually(T, "the session reads Closed", || async {
-        lease_session.state() == SessionState::Closed
-    })
-    .await;
+    // Marked closed before the deletion was sent.
+    assert_eq!(lease_session.state(), SessionState::Closed);
     // A closed session opens nothing new.
     assert!(matches!(
         lease_session.lock(&dir).try_acquire().await,
@@ -304,4 +301,90 @@ async fn rejected_credentials_stop_the_reopening() {
         session.lock(&unique_path("auth-after")).try_acquire().await,
         Err(Error::SessionExpired)
     ));
+}
+
+/// Issue 21, item 8: `close` marks the session closing before it deletes the leases' nodes,
+/// so a waiter of the same session behind one of them is never granted in between (it was:
+/// granted, reported `Lost(SessionClosed)` at once, it kept its node and, through its lease,
+/// the ZooKeeper session). Its acquire fails with `SessionClosed` and leaves no node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_closing_session_grants_nothing_to_its_own_waiters() {
+    let zk = shared_ensemble();
+    let dir = unique_path("close-own-waiter");
+    let session = connect(&zk.connect_string(), T).await;
+    let admin = connect(&zk.connect_string(), T).await;
+    let lease = session.lock(&dir).acquire().await.unwrap();
+    let waiter = session.lock(&dir);
+    let waiting = tokio::spawn(async move { waiter.acquire().await });
+    until_children(&admin, &dir, 2).await;
+
+    let closing = tokio::spawn(session.close());
+    let acquired = within(T, "the waiter's acquire ends", waiting)
+        .await
+        .unwrap();
+    let granted = acquired.as_ref().map(|l| l.path().to_string());
+    assert!(
+        matches!(acquired, Err(Error::SessionClosed)),
+        "a waiter of the closing session was granted {granted:?}"
+    );
+    drop(lease);
+    within(2 * T, "close returns", closing).await.unwrap();
+    eventually(T, "no node of the closed session is left", || async {
+        children(&admin, &dir).await.is_empty()
+    })
+    .await;
+}
+
+/// Issue 21, item 10: after an expiry with reopening off, `state_changed` reports the
+/// terminal state once and then says the stream is over, instead of returning at once on
+/// every call (a loop on it busy-spun a core, and hung a test binary that panicked meanwhile).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn state_changed_ends_after_an_expiry_without_reopening() {
+    let zk = shared_ensemble();
+    let dir = unique_path("no-reopen-states");
+    let proxy = zk.proxy().await.unwrap();
+    let session = Session::connect(
+        &proxy.connect_string(),
+        SessionOptions::new()
+            .session_timeout(T)
+            .reopen_after_expiry(false),
+    )
+    .await
+    .unwrap();
+    let admin = connect(&zk.connect_string(), T).await;
+    let lease = session.lock(&dir).acquire().await.unwrap();
+    const CAP: u64 = 10_000;
+    let follower = tokio::spawn({
+        let session = session.clone();
+        async move {
+            let (mut seen, mut calls) = (vec![], 0u64);
+            while calls < CAP {
+                calls += 1;
+                match session.state_changed().await {
+                    Some(state) => seen.push(state),
+                    None => break,
+                }
+            }
+            (seen, calls)
+        }
+    });
+    proxy.blackhole();
+    eventually(
+        Duration::from_secs(10),
+        "the server expired the session",
+        || async { children(&admin, &dir).await.is_empty() },
+    )
+    .await;
+    proxy.heal();
+    let (seen, calls) = within(Duration::from_secs(10), "the state stream ends", follower)
+        .await
+        .unwrap();
+    assert!(
+        calls < 10,
+        "{calls} calls of state_changed (the loop was capped at {CAP}); states: {:?}",
+        &seen[..seen.len().min(8)]
+    );
+    assert_eq!(seen.last(), Some(&SessionState::Expired), "{seen:?}");
+    assert_eq!(session.state(), SessionState::Expired);
+    assert!(matches!(lease.state(), LeaseState::Lost(_)));
 }

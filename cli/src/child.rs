@@ -35,6 +35,9 @@ pub enum Outcome {
     /// CMD's group was stopped because the lease ended (`Some`: zkfence saw the loss) or
     /// its deadline passed without an extension (the supervisor stopped it on its own).
     Lost(Option<LossReason>),
+    /// Members of CMD's group that zkfence may not signal (they changed their user)
+    /// outlived SIGKILL; the supervisor named them on stderr. They may still run.
+    Escaped,
 }
 
 /// How CMD itself ended.
@@ -65,13 +68,16 @@ impl Cmd {
         let (ours, theirs) = std::os::unix::net::UnixStream::pair()
             .map_err(|e| Failure::new(exit::ERROR, format!("cannot create a socket: {e}")))?;
         let fd = theirs.as_raw_fd();
-        let remaining = until.saturating_duration_since(Instant::now());
+        // The deadline as an absolute instant: a stall from here until the supervisor reads
+        // it (a slow spawn, zkfence frozen) cannot move it later.
+        let deadline_ns = crate::clock::monotonic_ns_of(until);
+        stop_here_for_tests(deadline_ns);
         // /proc/self/exe is this very binary, even if the file was replaced since we started.
         let mut command = Command::new("/proc/self/exe");
         command
             .arg0("zkfence")
             .arg(supervisor::MODE)
-            .args(supervisor::args(fd, grace, remaining, label, argv))
+            .args(supervisor::args(fd, grace, deadline_ns, label, argv))
             .envs(env.iter().map(|(k, v)| (*k, v)))
             .stdin(Stdio::inherit())
             .stdout(Stdio::inherit())
@@ -168,6 +174,7 @@ impl Cmd {
                         Some((status, why)) => match why {
                             "exited" => Outcome::Exited { status, signal: received },
                             "lost" | "deadline" => Outcome::Lost(loss),
+                            "foreign" => Outcome::Escaped,
                             // "parent" cannot reach us: we are the parent.
                             _ => Outcome::Lost(loss),
                         },
@@ -181,8 +188,8 @@ impl Cmd {
                 _ = session.valid_until_changed(), if clock_runs => {
                     match lease.valid_until() {
                         Some(until) => {
-                            let left = until.saturating_duration_since(Instant::now());
-                            self.send(format!("extend {}", left.as_millis())).await;
+                            let until = crate::clock::monotonic_ns_of(until);
+                            self.send(format!("until {until}")).await;
                         }
                         // The loss branch tells the supervisor.
                         None => clock_runs = false,
@@ -241,5 +248,18 @@ pub fn code_of(status: Ended) -> u8 {
     match status {
         Ended::Code(code) => code.clamp(0, 255) as u8,
         Ended::Signal(sig) => exit::by_signal(sig),
+    }
+}
+
+/// Test hook (`ZKFENCE_TEST_STOP_BEFORE_DEADLINE`): says the deadline just computed, then
+/// stops zkfence (SIGSTOP) before it is handed to the supervisor, so a test can show that a
+/// stall there does not move it.
+fn stop_here_for_tests(deadline_ns: u128) {
+    if std::env::var_os("ZKFENCE_TEST_STOP_BEFORE_DEADLINE").is_some() {
+        eprintln!("zkfence-test: deadline {deadline_ns} ns on CLOCK_MONOTONIC; stopping");
+        // SAFETY: raise(3) with a valid signal: stops every thread of the process.
+        unsafe {
+            libc::raise(libc::SIGSTOP);
+        }
     }
 }

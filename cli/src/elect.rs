@@ -136,6 +136,9 @@ async fn lead(
         ("ZKFENCE_LEADER_ID", o.id.clone()),
     ];
     let label = format!("leadership of {}", o.path);
+    // As in exec: on a lapse our node stays until CMD's group is gone, so the next leader's
+    // CMD cannot start while ours runs.
+    leadership.lease().keep_node_until_released();
     let mut cmd = match Cmd::spawn(&o.cmd, &env, leadership.lease(), o.grace, &label).await {
         Ok(cmd) => cmd,
         Err(failure) => {
@@ -178,6 +181,15 @@ async fn lead(
                 },
             }
         }
+        Outcome::Escaped => {
+            eprintln!(
+                "zkfence: resigning leadership of {} although part of {}'s process group could not be stopped",
+                o.path,
+                cmd.name()
+            );
+            resign(leadership, session).await;
+            Led::Exit(exit::ESCAPED)
+        }
         Outcome::Lost(reason) => {
             let why = match reason.or_else(|| match leadership.state() {
                 zkfence::LeaseState::Lost(r) => Some(r),
@@ -193,6 +205,7 @@ async fn lead(
                 "zkfence: {why} while {} ran: its process group was stopped (SIGTERM, SIGKILL by the lease's deadline)",
                 cmd.name(),
             );
+            // Only now, with CMD's group gone, may leadership pass on.
             drop(leadership);
             if o.once {
                 Led::Exit(exit::LOST)

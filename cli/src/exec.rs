@@ -170,6 +170,11 @@ async fn hold(
         ("ZKFENCE_NODE", lease.path().to_string()),
     ];
     let label = format!("the lock on {}", o.lockpath);
+    // On a lapse of the lease clock our node stays until the supervisor reports CMD's whole
+    // group gone (then the lease is dropped below): the next holder's CMD cannot start
+    // while ours still runs. The session's expiry still bounds it if zkfence dies.
+    // (Cmd::spawn refuses a lease that is already lost.)
+    lease.keep_node_until_released();
     let mut cmd = match Cmd::spawn(&o.cmd, &env, &lease, o.grace, &label).await {
         Ok(cmd) => cmd,
         Err(failure) => {
@@ -208,9 +213,21 @@ async fn hold(
                 cmd.name(),
                 lease.token()
             );
+            // Only now, with CMD's group gone, may the lock pass on.
             drop(lease);
             close(session, Duration::from_secs(1)).await;
             Ok(exit::LOST)
+        }
+        Outcome::Escaped => {
+            // The supervisor named the processes on stderr; nothing zkfence can do stops
+            // them, and holding the lock would not either.
+            eprintln!(
+                "zkfence: releasing {} although part of {}'s process group could not be stopped",
+                o.lockpath,
+                cmd.name()
+            );
+            release_and_close(lease, session).await;
+            Ok(exit::ESCAPED)
         }
     }
 }

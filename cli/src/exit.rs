@@ -16,6 +16,10 @@ pub const DENIED: u8 = 4;
 pub const TIMEOUT: u8 = 75;
 /// The lock or leadership was lost while CMD ran; CMD was terminated.
 pub const LOST: u8 = 76;
+/// CMD's process group could not be stopped: some of its processes belong to another user
+/// (a setuid program, `sudo`), which zkfence may not signal, and may still run (sysexits'
+/// EX_NOPERM).
+pub const ESCAPED: u8 = 77;
 /// CMD exists but could not be executed (shell convention).
 pub const CANNOT_EXECUTE: u8 = 126;
 /// CMD was not found (shell convention).
@@ -36,7 +40,10 @@ Exit codes:
   4        authentication failed or an ACL denied access
   75       exec --timeout passed, or --no-wait found the lock taken: nothing ran (EX_TEMPFAIL)
   76       the lock (exec) or leadership (elect --once) was lost, or about to run out unrenewed,
-           while CMD ran; CMD's whole process group was stopped before the lock could pass on
+           while CMD ran (or before it could start: nothing ran); CMD's whole process group
+           was stopped before the lock could pass on
+  77       CMD's group could not be stopped: processes of another user in it (setuid, sudo)
+           escaped the kill and may still run; run zkfence as that user instead
   126/127  CMD could not be executed / was not found
   128+N    zkfence or CMD ended by signal N (e.g. 143 after SIGTERM), the lock released first";
 

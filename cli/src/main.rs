@@ -6,6 +6,7 @@
 //! promise of the library against a real ensemble.
 
 mod child;
+mod clock;
 mod demo;
 mod duration;
 mod elect;

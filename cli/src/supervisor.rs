@@ -9,17 +9,24 @@
 //!   `PR_SET_PDEATHSIG`, and the socket to zkfence reads end-of-file. CMD's group gets
 //!   SIGKILL at once: the lock's session will expire, and CMD must be gone before.
 //! - **The deadline passes**: the supervisor keeps its own copy of the lease's deadline,
-//!   which zkfence extends (as a remaining duration) each time its lease clock moves. If
+//!   which zkfence moves each time its lease clock moves. Deadlines travel as absolute
+//!   `CLOCK_MONOTONIC` instants (one clock for every process on the machine), so neither a
+//!   slow spawn nor a stall of zkfence between reading the clock and writing can move one
+//!   later; a deadline already past when CMD would start means CMD is not started. If
 //!   zkfence is frozen (SIGSTOP, a stall, swap) or the lease is running out, no extension
 //!   comes: CMD's group gets SIGTERM at `deadline - min(grace, half the lease left at the
 //!   last extension)` and SIGKILL at the deadline, when the lease clock says the ensemble
 //!   could start expiring the session.
 //! - **Signals go to the group**, and CMD counts as finished only when its whole group is
 //!   gone (the supervisor is a child subreaper, so orphaned members are reaped here).
+//!   A member the supervisor may not signal (it changed its user: `sudo`, a setuid
+//!   program) survives the group kill; once SIGKILL has gone out and only such members
+//!   remain, the supervisor names them and reports `foreign` instead of waiting forever.
 //!
 //! The protocol on the socket is one line per message. zkfence → supervisor:
-//! `extend MS`, `signal N`, `lost`. Supervisor → zkfence: `started PID`, `failed CODE TEXT`,
-//! `done code|signal N WHY` with WHY one of `exited`, `deadline`, `lost`, `parent`.
+//! `until NS` (the new deadline, nanoseconds on `CLOCK_MONOTONIC`), `signal N`, `lost`.
+//! Supervisor → zkfence: `started PID`, `failed CODE TEXT`, `done code|signal N WHY` with
+//! WHY one of `exited`, `deadline`, `lost`, `parent`, `foreign`.
 
 use std::io::{ErrorKind, Read, Write};
 use std::os::fd::FromRawFd;
@@ -65,6 +72,8 @@ enum Why {
     Deadline,
     Lost,
     Parent,
+    /// Members of the group that we may not signal outlived SIGKILL.
+    Foreign,
 }
 
 impl Why {
@@ -74,23 +83,25 @@ impl Why {
             Why::Deadline => "deadline",
             Why::Lost => "lost",
             Why::Parent => "parent",
+            Why::Foreign => "foreign",
         }
     }
 }
 
-/// Arguments: `FD PARENT_PID GRACE_MS REMAINING_MS LABEL -- CMD...`.
+/// Arguments: `FD PARENT_PID GRACE_MS DEADLINE_NS LABEL -- CMD...`, the deadline on
+/// `CLOCK_MONOTONIC`.
 struct Args {
     fd: i32,
     parent: i32,
     grace: Duration,
-    remaining: Duration,
+    deadline_ns: u128,
     label: String,
     cmd: Vec<String>,
 }
 
 fn parse(args: &[String]) -> Option<Args> {
     let sep = args.iter().position(|a| a == "--")?;
-    let [fd, parent, grace, remaining, label] = &args[..sep] else {
+    let [fd, parent, grace, deadline, label] = &args[..sep] else {
         return None;
     };
     let cmd = args[sep + 1..].to_vec();
@@ -101,7 +112,7 @@ fn parse(args: &[String]) -> Option<Args> {
         fd: fd.parse().ok()?,
         parent: parent.parse().ok()?,
         grace: Duration::from_millis(grace.parse().ok()?),
-        remaining: Duration::from_millis(remaining.parse().ok()?),
+        deadline_ns: deadline.parse().ok()?,
         label: label.clone(),
         cmd,
     })
@@ -111,7 +122,7 @@ fn parse(args: &[String]) -> Option<Args> {
 pub fn args(
     fd: i32,
     grace: Duration,
-    remaining: Duration,
+    deadline_ns: u128,
     label: &str,
     cmd: &[String],
 ) -> Vec<String> {
@@ -119,7 +130,7 @@ pub fn args(
         fd.to_string(),
         std::process::id().to_string(),
         grace.as_millis().to_string(),
-        remaining.as_millis().to_string(),
+        deadline_ns.to_string(),
         label.to_string(),
         "--".to_string(),
     ];
@@ -168,7 +179,21 @@ pub fn main(args: &[String]) -> ! {
     if parent_gone(a.parent) {
         std::process::exit(crate::exit::ERROR as i32);
     }
+    // An absolute instant: however late we got it, it is the lease's own deadline.
+    let deadline = crate::clock::instant_of_ns(a.deadline_ns);
     let started = Instant::now();
+    if started >= deadline {
+        send(
+            &mut sock,
+            &format!(
+                "failed {} {} ran out before {:?} could start; nothing was run",
+                crate::exit::LOST,
+                a.label,
+                a.cmd[0]
+            ),
+        );
+        std::process::exit(0);
+    }
     let child = std::process::Command::new(&a.cmd[0])
         .args(&a.cmd[1..])
         .process_group(0)
@@ -198,8 +223,8 @@ pub fn main(args: &[String]) -> ! {
         name: a.cmd[0].clone(),
         label: a.label,
         grace: a.grace,
-        deadline: started + a.remaining,
-        window: a.grace.min(a.remaining / 2),
+        deadline,
+        window: a.grace.min((deadline - started) / 2),
         stopping: None,
         termed: false,
         killed: false,
@@ -207,6 +232,54 @@ pub fn main(args: &[String]) -> ! {
         leader: None,
     };
     run(&mut s, &mut sock, wake, a.parent)
+}
+
+/// What is left of CMD's process group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Group {
+    /// At least one member we may signal.
+    Alive,
+    /// Members remain, but we may signal none of them (they changed their user).
+    Foreign,
+    Gone,
+}
+
+/// The members of process group `pgid` (from /proc), with their real user ids.
+fn members(pgid: i32) -> Vec<(i32, u32)> {
+    let mut out = vec![];
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return out;
+    };
+    for entry in entries.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        // After the command name in parentheses: state, ppid, pgrp.
+        let Some((_, rest)) = stat.rsplit_once(") ") else {
+            continue;
+        };
+        if rest.split_whitespace().nth(2).and_then(|g| g.parse().ok()) != Some(pgid) {
+            continue;
+        }
+        let uid = std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .ok()
+            .and_then(|status| {
+                status
+                    .lines()
+                    .find_map(|l| l.strip_prefix("Uid:"))
+                    .and_then(|ids| ids.split_whitespace().next()?.parse().ok())
+            })
+            .unwrap_or(u32::MAX);
+        out.push((pid, uid));
+    }
+    out
 }
 
 struct State {
@@ -240,9 +313,21 @@ impl State {
     }
 
     fn group_alive(&self) -> bool {
-        // SAFETY: signal 0 only checks for existence.
+        self.group() != Group::Gone
+    }
+
+    /// Whether the group still has members, and whether we may signal any of them.
+    fn group(&self) -> Group {
+        // SAFETY: signal 0 only checks for existence and permission.
         let r = unsafe { libc::kill(-self.pgid, 0) };
-        r == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
+        if r == 0 {
+            return Group::Alive;
+        }
+        match std::io::Error::last_os_error().raw_os_error() {
+            Some(libc::ESRCH) => Group::Gone,
+            // EPERM: members remain, and none of them is ours to signal.
+            _ => Group::Foreign,
+        }
     }
 
     fn stop(&mut self, why: Why, now: Instant) {
@@ -285,10 +370,11 @@ impl State {
             words.next(),
             words.next().and_then(|w| w.parse::<u64>().ok()),
         ) {
-            (Some("extend"), Some(ms)) if self.stopping.is_none() => {
-                let left = Duration::from_millis(ms);
-                self.deadline = now + left;
-                self.window = self.grace.min(left / 2);
+            (Some("until"), Some(ns)) if self.stopping.is_none() => {
+                self.deadline = crate::clock::instant_of_ns(ns as u128);
+                self.window = self
+                    .grace
+                    .min(self.deadline.saturating_duration_since(now) / 2);
             }
             (Some("signal"), Some(sig)) => {
                 self.signal_group(sig as i32);
@@ -348,18 +434,35 @@ fn run(s: &mut State, sock: &mut UnixStream, wake: i32, parent: i32) -> ! {
             }
             s.kill();
         }
+        // Only members we may not signal outlived SIGKILL: waiting for them would hold the
+        // lock for as long as they please (or hang zkfence while the lock passes on with
+        // the session). Say who they are and end.
+        if s.killed && s.group() == Group::Foreign {
+            // SAFETY: getuid has no preconditions.
+            let ours = unsafe { libc::getuid() };
+            let foreign: Vec<String> = members(s.pgid)
+                .into_iter()
+                .filter(|(_, uid)| *uid != ours)
+                .map(|(pid, uid)| format!("pid {pid} (uid {uid})"))
+                .collect();
+            eprintln!(
+                "zkfence: {}'s process group {} still has processes of another user that zkfence may not signal: {}; \
+                 they escaped the group kill (a setuid program or sudo in CMD) and may still run: run zkfence itself as that user instead",
+                s.name,
+                s.pgid,
+                if foreign.is_empty() { "(none visible in /proc)".to_string() } else { foreign.join(", ") }
+            );
+            let status = s.leader.unwrap_or(0);
+            send(
+                sock,
+                &format!("done {} {}", how_ended(status), Why::Foreign.word()),
+            );
+            std::process::exit(0);
+        }
         if let Some(status) = s.leader {
             if !s.group_alive() {
-                let how = match (
-                    std::process::ExitStatus::from_raw(status).code(),
-                    libc::WIFSIGNALED(status),
-                ) {
-                    (Some(code), _) => format!("code {code}"),
-                    (None, true) => format!("signal {}", libc::WTERMSIG(status)),
-                    _ => "code 1".to_string(),
-                };
                 let why = s.stopping.unwrap_or(Why::Exited);
-                send(sock, &format!("done {how} {}", why.word()));
+                send(sock, &format!("done {} {}", how_ended(status), why.word()));
                 std::process::exit(0);
             }
         }
@@ -420,6 +523,18 @@ fn run(s: &mut State, sock: &mut UnixStream, wake: i32, parent: i32) -> ! {
                 s.message(String::from_utf8_lossy(&line).trim(), now);
             }
         }
+    }
+}
+
+/// `code N` or `signal N` for a wait status.
+fn how_ended(status: i32) -> String {
+    match (
+        std::process::ExitStatus::from_raw(status).code(),
+        libc::WIFSIGNALED(status),
+    ) {
+        (Some(code), _) => format!("code {code}"),
+        (None, true) => format!("signal {}", libc::WTERMSIG(status)),
+        _ => "code 1".to_string(),
     }
 }
 

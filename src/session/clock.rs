@@ -257,6 +257,8 @@ pub(crate) struct Holding {
     shared: Weak<Shared>,
     /// The operator metrics of this lease (nothing without the `metrics` feature).
     telemetry: crate::telemetry::HeldSlot,
+    /// Set by `Lease::keep_node_until_released`: a lapse leaves the node to the release.
+    pub(crate) keep_node: std::sync::atomic::AtomicBool,
 }
 
 impl Holding {
@@ -264,7 +266,9 @@ impl Holding {
     ///
     /// Whoever records a loss that leaves the session alive (the clock lapsed) also starts
     /// the deletion of the node: the holder was told it is gone, so the node must not keep
-    /// blocking the queue once the ensemble answers again.
+    /// blocking the queue once the ensemble answers again. Unless the holder asked to keep
+    /// it until it releases (`keep_node`): it must stop its work first, and the session's
+    /// expiry still bounds how long the node stays.
     pub(crate) fn lose(&self, reason: LossReason) -> bool {
         let first = self.loss.send_if_modified(|cur| {
             if cur.is_none() {
@@ -278,7 +282,7 @@ impl Holding {
         if first && reason != LossReason::Released {
             tracing::warn!(node = %self.node, %reason, "lease lost");
         }
-        if first && reason == LossReason::ClockLapsed {
+        if first && reason == LossReason::ClockLapsed && !self.keep_node.load(Ordering::SeqCst) {
             if let Some(shared) = self.shared.upgrade() {
                 let node = self.node.clone();
                 super::spawn_detached(async move {
@@ -404,6 +408,7 @@ impl LeaseClock {
             loss,
             shared: Arc::downgrade(shared),
             telemetry: Default::default(),
+            keep_node: Default::default(),
         });
         let id = self.next_holding.fetch_add(1, Ordering::Relaxed);
         // Every lease unregisters when released or dropped, so the map holds live leases only.
@@ -544,7 +549,13 @@ async fn follow_session(shared: Arc<Shared>, mut states: zookeeper_client::State
                     Zs::AuthFailed => SessionState::AuthFailed,
                 };
                 let clock = lease_clock.now();
-                lease_clock.clock.send_modify(|c| c.state = new);
+                // `Session::close` marks the session Closed for good: no later state of the
+                // client's connection reopens it.
+                lease_clock.clock.send_modify(|c| {
+                    if c.state != SessionState::Closed {
+                        c.state = new;
+                    }
+                });
                 let session_id = shared.client.session_id();
                 match new {
                     SessionState::Disconnected => {

@@ -228,13 +228,11 @@ impl SessionOptions {
 ///
 /// ```no_run
 /// # async fn f(session: zkfence::Session) {
-/// loop {
-///     let state = session.state_changed().await;
+/// while let Some(state) = session.state_changed().await {
 ///     eprintln!("zookeeper session: {state:?}");
-///     if state.is_terminal() && !session.reopens() {
-///         break; // closed, refused, or expired with reopening off
-///     }
 /// }
+/// // Ended for good: closed, refused, or expired with reopening off.
+/// eprintln!("zookeeper session over: {:?}", session.state());
 /// # }
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -470,7 +468,8 @@ impl Session {
     /// Cancel safe: a dropped connect closes whatever session it had opened.
     ///
     /// # Notable errors
-    /// - [`Error::ConnectFailed`] if no server answered within the connect timeout.
+    /// - [`Error::ConnectFailed`] if the session was not established within the connect
+    ///   timeout, which bounds every step (the handshake, then the chroot check).
     /// - [`Error::ChrootMissing`] if the chroot does not exist.
     /// - [`Error::AuthFailed`] if the credentials were rejected.
     /// - [`Error::InvalidConnectString`] if `connect` cannot be parsed.
@@ -554,11 +553,11 @@ impl Session {
         })
     }
 
-    /// Closes the session for good: stops reopening, reports every lease of it
-    /// [`Lost`](crate::LeaseState::Lost)`(SessionClosed)` at once and deletes their nodes,
-    /// and waits until the server has ended the ZooKeeper session. Clones of this `Session`
-    /// see [`SessionState::Closed`] once those nodes are deleted (before `close` returns;
-    /// a waiter on one of them may be granted a moment earlier).
+    /// Closes the session for good: stops reopening, marks the session
+    /// [`Closed`](SessionState::Closed) (clones see it at once, and nothing is granted on it
+    /// from then on: its own waiters' acquires fail with [`Error::SessionClosed`] and remove
+    /// their nodes), reports every lease of it [`Lost`](crate::LeaseState::Lost)`(SessionClosed)`
+    /// and deletes their nodes, and waits until the server has ended the ZooKeeper session.
     ///
     /// The client library ends a ZooKeeper session when the last handle on it is gone, so
     /// drop the other clones and the (now lost) leases first: if some remain, `close` waits
@@ -589,19 +588,26 @@ impl Session {
             return;
         }
         tracing::info!(session_id = %shared.client.session_id(), "closing the zookeeper session");
-        // Told first, then the nodes go (while the session still lets us send), then the
-        // session is marked closed; the server ends it once the last handle is gone.
+        // Marked closed first, so nothing more is granted on it: a waiter of this session
+        // behind one of the nodes deleted below would otherwise be granted in between, and
+        // its lease (lost at once) would keep its node and the ZooKeeper session. Its grant
+        // fails instead and its acquire removes its node. Then the leases are told, then
+        // their nodes go (the client still sends: only zkfence's view is closed); the
+        // server ends the session once the last handle is gone.
+        shared.clock.mark_closed();
+        // The keeper has nothing left to renew, and must not report a later disconnection
+        // over the mark while the deletes below are in flight.
+        self.inner.current.stop_keeper();
         shared
             .clock
             .lose_all(crate::error::LossReason::SessionClosed);
+        // A grant decided just before the mark registers its lease after it: the lease sees
+        // the mark and deletes its own node (`Lease::new`) if it is not in this list.
         let nodes = shared.clock.held_nodes();
         // In a task of its own, so that a caller who stops waiting (drops this future) still
-        // gets a session that is marked closed, as the cancel-safety note promises.
-        let inner = self.inner.clone();
+        // gets the leases' nodes deleted, as the cancel-safety note promises.
         let finishing = tokio::spawn(async move {
             let _ = tokio::time::timeout(timeout, shared.delete_all_until_gone(&nodes)).await;
-            shared.clock.mark_closed();
-            inner.current.stop_keeper();
         });
         let _ = finishing.await;
         drop(self);
@@ -642,16 +648,28 @@ impl Session {
     }
 
     /// Waits for the next change of [`state`](Self::state) and returns the new state. After
-    /// an expiry, the next change is the new ZooKeeper session's `Connected`. Returns at once
-    /// with the terminal state if the session has ended for good (closed, authentication
-    /// failed, or expired without reopening).
+    /// an expiry, the next change is the new ZooKeeper session's `Connected`.
+    ///
+    /// A session that ends for good (closed, authentication failed, or expired without
+    /// reopening) reports its terminal state once, to a call that was waiting or made after
+    /// the change; every later call returns `None` at once: the stream of changes is over, so
+    /// a loop on it ends instead of spinning.
+    ///
+    /// ```no_run
+    /// # async fn f(session: zkfence::Session) {
+    /// while let Some(state) = session.state_changed().await {
+    ///     eprintln!("zookeeper session: {state:?}");
+    /// }
+    /// # }
+    /// ```
     ///
     /// # Cancel safety
     /// Cancel safe: it only observes.
     ///
     /// # Notable errors
-    /// None: a session that ended reports its terminal state.
-    pub async fn state_changed(&self) -> SessionState {
+    /// None: `None` says the session has ended for good, and [`state`](Self::state) tells
+    /// how.
+    pub async fn state_changed(&self) -> Option<SessionState> {
         let start = self.state();
         let mut sessions = self.inner.current.subscribe();
         loop {
@@ -662,22 +680,26 @@ impl Session {
             let mut clock = shared.clock.clock.subscribe();
             let now = clock.borrow_and_update().state;
             if now != start {
-                return now;
+                return Some(now);
             }
             // Only an unbound handle follows its Session into a new ZooKeeper session.
             let next_session_may_come = self.bound.is_none() && self.inner.current.reopening();
             if now.is_terminal() && !next_session_may_come {
-                return now;
+                // Called after the end (no change since `start`), or woken because reopening
+                // stopped: the terminal state was already there to be seen, nothing more
+                // will change. Never "at once, the same state" on every call.
+                return None;
             }
             tokio::select! {
                 changed = clock.changed(), if !now.is_terminal() => {
                     if changed.is_err() {
-                        return SessionState::Closed;
+                        return (start != SessionState::Closed).then_some(SessionState::Closed);
                     }
                 }
                 changed = sessions.changed(), if next_session_may_come => {
                     if changed.is_err() {
-                        return self.state();
+                        let now = self.state();
+                        return (now != start).then_some(now);
                     }
                 }
             }
@@ -778,8 +800,10 @@ async fn open(
         reason,
     };
     let connect_sent = Instant::now();
+    // One deadline for every step of connect, the handshake and the chroot check after it.
+    let deadline = connect_sent + connect_timeout;
     let attempt = secured.connect(hosts, connect_timeout);
-    let client = match tokio::time::timeout(connect_timeout, attempt).await {
+    let client = match tokio::time::timeout_at(deadline, attempt).await {
         Err(_) => return Err(unreachable("connect timed out".into())),
         Ok(Err(security::Failed::Found(e))) => return Err(e),
         Ok(Err(security::Failed::Client(e))) => match e {
@@ -799,14 +823,19 @@ async fn open(
         Some(chroot) => {
             // Before the chroot applies, the only direct call outside ops.rs: the session
             // does not exist for zkfence yet.
-            match client.check_stat(chroot).await {
-                Ok(Some(_)) => {}
-                Ok(None) => {
+            match tokio::time::timeout_at(deadline, client.check_stat(chroot)).await {
+                Err(_) => {
+                    return Err(unreachable(format!(
+                        "the session was established, but the check that the chroot {chroot} exists got no answer in time"
+                    )))
+                }
+                Ok(Ok(Some(_))) => {}
+                Ok(Ok(None)) => {
                     return Err(Error::ChrootMissing {
                         chroot: chroot.to_string(),
                     })
                 }
-                Err(e) => return Err(Error::zk("check chroot", chroot, e)),
+                Ok(Err(e)) => return Err(Error::zk("check chroot", chroot, e)),
             }
             client
                 .chroot(chroot.to_string())
