@@ -45,19 +45,21 @@ pub enum Error {
         reason: String,
     },
 
-    /// [`Session::connect`](crate::Session::connect) reached no server of the ensemble within
-    /// the connect timeout.
+    /// [`Session::connect`](crate::Session::connect) reached no server of the ensemble: each
+    /// server refused, did not resolve, or did not answer within the connect timeout.
     #[error(
-        "could not reach any ZooKeeper server of {connect:?} within {timeout:?} ({reason}); \
-         check that the ensemble runs and that this host can reach it"
+        "could not reach any ZooKeeper server of {connect:?} ({}); check that the ensemble \
+         runs and that this host can reach it",
+        servers.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")
     )]
     ConnectFailed {
         /// The connect string.
         connect: String,
-        /// The connect timeout that passed.
+        /// The connect timeout (the failure may have come sooner: a server that refuses or a
+        /// host that does not resolve fails at once).
         timeout: Duration,
-        /// The client library's reason.
-        reason: String,
+        /// What happened with each server of the connect string, in its order.
+        servers: Vec<ServerFailure>,
     },
 
     /// The chroot of the connect string does not exist on the ensemble.
@@ -157,6 +159,24 @@ pub enum Error {
         /// The holder at the last look: its node name, with its owner (id, host, pid) when
         /// it could be read.
         holder: Option<String>,
+    },
+
+    /// A semaphore was asked for with a number of permits other than the one its holders
+    /// recorded: every participant must use the same limit. Nothing was created.
+    #[error(
+        "the semaphore {path} is used with limit {theirs} (recorded by its holder {holder}), \
+         not {ours}; every participant must use the same limit: use {theirs}, or wait until \
+         every holder of limit {theirs} has left"
+    )]
+    PermitsMismatch {
+        /// The semaphore directory.
+        path: String,
+        /// The number of permits asked for.
+        ours: usize,
+        /// The number the current holders recorded.
+        theirs: usize,
+        /// A holder that recorded `theirs`.
+        holder: Box<crate::Contender>,
     },
 
     /// This `Lock` handle already holds the lock or is acquiring it.
@@ -279,6 +299,73 @@ impl Error {
                 path: path.to_string(),
                 source,
             },
+        }
+    }
+}
+
+/// One server of a failed [`Error::ConnectFailed`], and why it was not reached.
+///
+/// ```
+/// use zkfence::{ConnectFailure, ServerFailure};
+/// let failed = ServerFailure { server: "127.0.0.1:1".into(), reason: ConnectFailure::Refused };
+/// assert_eq!(failed.to_string(), "127.0.0.1:1: connection refused");
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerFailure {
+    /// The server, as in the connect string (`host:port`).
+    pub server: String,
+    /// Why it was not reached.
+    pub reason: ConnectFailure,
+}
+
+impl fmt::Display for ServerFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.server, self.reason)
+    }
+}
+
+/// Why one server of the connect string was not reached.
+///
+/// ```
+/// # fn handle(err: zkfence::Error) {
+/// use zkfence::{ConnectFailure, Error};
+/// if let Error::ConnectFailed { servers, .. } = &err {
+///     if servers.iter().all(|s| s.reason == ConnectFailure::UnknownHost) {
+///         eprintln!("check the host names: {err}");
+///     }
+/// }
+/// # }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ConnectFailure {
+    /// The host answered, but nothing listens on the port (TCP connection refused).
+    Refused,
+    /// The host name does not resolve.
+    UnknownHost,
+    /// Nothing answered within the connect timeout: no TCP connection, or no ZooKeeper
+    /// handshake over one (a silent or overloaded server, a firewall dropping packets).
+    TimedOut,
+    /// The TLS handshake with the server failed.
+    Tls {
+        /// What went wrong.
+        reason: String,
+    },
+    /// Anything else, in the client library's words.
+    Other {
+        /// The reason.
+        reason: String,
+    },
+}
+
+impl fmt::Display for ConnectFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ConnectFailure::Refused => f.write_str("connection refused"),
+            ConnectFailure::UnknownHost => f.write_str("unknown host (the name does not resolve)"),
+            ConnectFailure::TimedOut => f.write_str("timed out (no ZooKeeper answer in time)"),
+            ConnectFailure::Tls { reason } => write!(f, "TLS failed: {reason}"),
+            ConnectFailure::Other { reason } => f.write_str(reason),
         }
     }
 }

@@ -76,6 +76,9 @@ pub(crate) struct Queue {
 pub(crate) enum Owner {
     /// [`OwnerInfo`] of this process, stamped at each enqueue.
     ThisProcess { id: Option<String> },
+    /// A semaphore's permit: [`OwnerInfo`] of this process with the semaphore's limit, which
+    /// every participant reads to refuse a different one.
+    Permit { id: Option<String>, permits: usize },
     /// Bytes given by the user (e.g. a Kazoo identifier).
     Raw(Vec<u8>),
 }
@@ -84,6 +87,11 @@ impl Owner {
     fn data(&self) -> Vec<u8> {
         match self {
             Owner::ThisProcess { id } => OwnerInfo::for_this_process(id.as_deref()).encode(),
+            Owner::Permit { id, permits } => OwnerInfo {
+                permits: Some(*permits),
+                ..OwnerInfo::for_this_process(id.as_deref())
+            }
+            .encode(),
             Owner::Raw(data) => data.clone(),
         }
     }
@@ -137,6 +145,39 @@ pub struct Contender {
     pub owner: OwnerInfo,
     /// When the node was created, in Unix milliseconds (server clock).
     pub created_ms: i64,
+}
+
+/// "ID (host, pid N), token T, session 0x…": how zkfence names a contender to an operator.
+impl std::fmt::Display for Contender {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} with token {}, session 0x{:x}",
+            self.owner, self.token, self.session_id as u64
+        )
+    }
+}
+
+impl Contender {
+    /// True for the read side of a read/write lock (ours, Curator's `__READ__` or Kazoo's
+    /// `__rlock__` node), which holds together with the other readers ahead of any writer;
+    /// false for every exclusive contender (a lock, a writer, a candidate, a permit).
+    ///
+    /// ```
+    /// # use zkfence::{Contender, FencingToken, OwnerInfo};
+    /// let reader = Contender {
+    ///     node: "/locks/catalog/_c_0f1e-__READ__0000000003".into(),
+    ///     token: FencingToken::new(7),
+    ///     sequence: 3,
+    ///     session_id: 1,
+    ///     owner: OwnerInfo::default(),
+    ///     created_ms: 0,
+    /// };
+    /// assert!(reader.is_shared());
+    /// ```
+    pub fn is_shared(&self) -> bool {
+        node::is_shared(self.node.rsplit('/').next().unwrap_or(&self.node))
+    }
 }
 
 /// Our node between create and grant. If dropped while armed (the acquire was cancelled),

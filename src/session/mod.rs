@@ -706,20 +706,7 @@ async fn open(
     counters: Arc<Counters>,
     fail_eagerly: bool,
 ) -> Result<(Arc<Shared>, tokio::task::JoinHandle<()>)> {
-    let hosts = connect.split('/').next().unwrap_or_default();
-    if hosts.is_empty() || hosts.split(',').any(|h| h.trim().is_empty()) {
-        return Err(Error::InvalidConnectString {
-            connect: connect.to_string(),
-            reason: "no host before the chroot, or an empty host between commas".into(),
-        });
-    }
-    let chroot = connect.find('/').map(|i| &connect[i..]);
-    if let Some(chroot) = chroot {
-        crate::node::validate_path(chroot).map_err(|e| Error::InvalidConnectString {
-            connect: connect.to_string(),
-            reason: format!("bad chroot: {e}"),
-        })?;
-    }
+    let (hosts, chroot) = crate::node::split_connect_string(connect)?;
     let connect_timeout = options.connect_timeout.unwrap_or(options.session_timeout);
     let mut connector = zk::Client::connector().with_session_timeout(options.session_timeout);
     if fail_eagerly {
@@ -729,27 +716,18 @@ async fn open(
         connector = connector.with_auth(scheme, secret);
     }
     let secured = security::configure(connector, options)?;
-    let unreachable = |reason: String| Error::ConnectFailed {
-        connect: connect.to_string(),
-        timeout: connect_timeout,
-        reason,
-    };
     let connect_sent = Instant::now();
-    let attempt = secured.connect(hosts, connect_timeout);
-    let client = match tokio::time::timeout(connect_timeout, attempt).await {
-        Err(_) => return Err(unreachable("connect timed out".into())),
-        Ok(Err(security::Failed::Found(e))) => return Err(e),
-        Ok(Err(security::Failed::Client(e))) => match e {
-            zk::Error::AuthFailed => return Err(Error::AuthFailed),
-            zk::Error::BadArguments(reason) => {
-                return Err(Error::InvalidConnectString {
-                    connect: connect.to_string(),
-                    reason: reason.to_string(),
-                })
-            }
-            e => return Err(unreachable(e.to_string())),
-        },
-        Ok(Ok(client)) => client,
+    // The connect gives up at the connect timeout itself, naming each server's reason.
+    let client = match secured.connect(connect, hosts, connect_timeout).await {
+        Err(security::Failed::Found(e)) => return Err(e),
+        Err(security::Failed::Client(zk::Error::AuthFailed)) => return Err(Error::AuthFailed),
+        Err(security::Failed::Client(e)) => {
+            return Err(Error::InvalidConnectString {
+                connect: connect.to_string(),
+                reason: e.to_string(),
+            })
+        }
+        Ok(client) => client,
     };
     let client = match chroot {
         None => client,
