@@ -156,9 +156,9 @@ pub enum Error {
         waited: Duration,
         /// How many contenders were ahead of us at the last look (the holder included).
         ahead: usize,
-        /// The holder at the last look: its node name, with its owner (id, host, pid) when
-        /// it could be read.
-        holder: Option<String>,
+        /// The holder at the last look (node, token, session, owner id, host and pid), if it
+        /// could be read.
+        holder: Option<Box<crate::Contender>>,
     },
 
     /// A semaphore was asked for with a number of permits other than the one its holders
@@ -438,13 +438,20 @@ mod tests {
             path: "/l".into(),
             waited: Duration::from_secs(1),
             ahead: 2,
-            holder: Some("n1".into()),
+            holder: Some(Box::new(crate::Contender {
+                node: "/l/_c_x-lock-0000000001".into(),
+                token: crate::FencingToken::new(42),
+                sequence: 1,
+                session_id: 0xab,
+                owner: crate::OwnerInfo::decode(b"id=n1\nhost=h\npid=7\n"),
+                created_ms: 0,
+            })),
         };
         let s = e.to_string();
         assert!(
             s.contains("after 1.0s")
                 && s.contains("2 ahead")
-                && s.contains("held by n1")
+                && s.contains("held by n1 (h, pid 7) with token 42, session 0xab;")
                 && s.contains("try again"),
             "{s}"
         );

@@ -118,16 +118,11 @@ enum Found {
 }
 
 async fn look(session: &Session, path: &str) -> Result<Found, Failure> {
-    let client = session.client();
-    let names = match client.list_children(path).await {
+    // The library's read first: its errors say what an ACL or an outage means.
+    let contenders = session.lock(path).contenders().await?;
+    let names = match session.client().list_children(path).await {
         Ok(names) => names,
         Err(zk::Error::NoNode) => return Ok(Found::Missing),
-        Err(zk::Error::NoAuth) => {
-            return Err(Failure::new(
-                crate::exit::DENIED,
-                format!("access denied: the ACL of {path} does not let us list it"),
-            ))
-        }
         Err(e) => {
             return Err(Failure::new(
                 crate::exit::UNAVAILABLE,
@@ -135,7 +130,6 @@ async fn look(session: &Session, path: &str) -> Result<Found, Failure> {
             ))
         }
     };
-    let contenders = session.lock(path).contenders().await?;
     if contenders.is_empty() {
         // Curator's InterProcessSemaphoreV2 layout, which `exec --limit` uses.
         if names.iter().any(|n| n == "leases" || n == "locks") {

@@ -436,12 +436,21 @@ impl Queue {
 
     /// `name (owner)` of a contender, for error messages; one read, only on the error path,
     /// and bounded so a silent ensemble does not delay the error.
-    async fn describe(&self, name: Option<&str>) -> Option<String> {
+    /// The holder named `name`, read (bounded) for [`Error::Timeout`]; `None` if it could
+    /// not be read (gone meanwhile, or no answer).
+    async fn describe(&self, name: Option<&str>) -> Option<Box<Contender>> {
         let name = name?;
         let path = format!("{}/{name}", self.dir);
         match tokio::time::timeout(CLEANUP_GRACE, self.shared().data(&path)).await {
-            Ok(Ok(Some((data, _)))) => Some(format!("{name} ({})", OwnerInfo::decode(&data))),
-            _ => Some(name.to_string()),
+            Ok(Ok(Some((data, stat)))) => Some(Box::new(Contender {
+                node: path,
+                token: FencingToken::from_zxid(stat.czxid),
+                sequence: node::sequence_of(name).unwrap_or_default(),
+                session_id: stat.ephemeral_owner,
+                owner: OwnerInfo::decode(&data),
+                created_ms: stat.ctime,
+            })),
+            _ => None,
         }
     }
 
@@ -934,7 +943,7 @@ impl Queue {
 
     /// How many are ahead of `node` and who holds (`name (owner)`), for a timeout error;
     /// bounded by the cleanup grace so a silent ensemble does not delay the error.
-    pub(crate) async fn progress_of(&self, node: &str) -> (usize, Option<String>) {
+    pub(crate) async fn progress_of(&self, node: &str) -> (usize, Option<Box<Contender>>) {
         let listed = tokio::time::timeout(CLEANUP_GRACE, self.shared().list(&self.dir)).await;
         let Ok(Ok(Some(children))) = listed else {
             return (0, None);

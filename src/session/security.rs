@@ -247,10 +247,12 @@ impl Secured {
             probe.diagnose(hosts, within / 4).await
         };
         #[cfg(not(feature = "tls"))]
-        let tls_check = std::future::pending::<Option<Error>>();
+        let tls_check = std::future::pending::<(Option<Error>, Vec<ServerFailure>)>();
         tokio::pin!(tls_check);
         let mut tls_pending = true;
         let mut seen: Option<Vec<ServerFailure>> = None;
+        // Servers whose TLS handshake failed while another's looked fine.
+        let mut tls_failed: Vec<ServerFailure> = Vec::new();
         let failed = |servers: Vec<ServerFailure>| {
             tracing::warn!(connect, "no ZooKeeper server reached");
             Failed::Found(Error::ConnectFailed {
@@ -287,11 +289,20 @@ impl Secured {
                     seen = Some(servers);
                 }
                 found = &mut tls_check, if tls_pending => match found {
-                    Some(error) => return Err(Failed::Found(error)),
-                    None => tls_pending = false,
+                    (Some(error), _) => return Err(Failed::Found(error)),
+                    (None, servers) => {
+                        tls_pending = false;
+                        tls_failed = servers;
+                    }
                 },
                 _ = tokio::time::sleep_until(deadline) => {
-                    return Err(failed(reach::timed_out(seen, hosts)));
+                    let mut servers = reach::timed_out(seen, hosts);
+                    for s in &mut servers {
+                        if let Some(t) = tls_failed.iter().find(|t| t.server == s.server) {
+                            s.reason = t.reason.clone();
+                        }
+                    }
+                    return Err(failed(servers));
                 }
             }
         }
@@ -407,7 +418,7 @@ mod probe {
     use zookeeper_client as zk;
 
     use super::TlsFiles;
-    use crate::error::Error;
+    use crate::error::{ConnectFailure, Error, ServerFailure};
 
     /// How to look at a server: with the session's own TLS settings, or (a plaintext session)
     /// only to see whether the port speaks TLS.
@@ -550,10 +561,18 @@ mod probe {
 
         /// Looks at every server of `hosts`, each for at most `each`. Returns an error only
         /// if no server looked fine and at least one showed a cause: a connect that could
-        /// still get through on another server is left to do so.
-        pub(super) async fn diagnose(&self, hosts: &str, each: Duration) -> Option<Error> {
+        /// still get through on another server is left to do so. Also returns each server
+        /// whose handshake showed a cause, for [`ConnectFailure::Tls`] should the connect
+        /// time out.
+        pub(super) async fn diagnose(
+            &self,
+            hosts: &str,
+            each: Duration,
+        ) -> (Option<Error>, Vec<ServerFailure>) {
             let each = each.clamp(Duration::from_millis(100), Duration::from_secs(2));
             let mut found = None;
+            let mut fine = false;
+            let mut servers = Vec::new();
             for host in hosts.split(',') {
                 let host = host.trim();
                 let host = host
@@ -563,19 +582,29 @@ mod probe {
                     .to_string();
                 let config = self.config.clone();
                 let tls = self.tls.clone();
+                let server = host.clone();
                 let verdict =
                     tokio::task::spawn_blocking(move || look(&host, config, tls.as_ref(), each))
                         .await
                         .unwrap_or(Verdict::Unreachable);
                 match verdict {
-                    Verdict::Fine => return None,
+                    Verdict::Fine => fine = true,
                     Verdict::Unreachable => {}
                     Verdict::Found(e) => {
+                        servers.push(ServerFailure {
+                            server,
+                            reason: ConnectFailure::Tls {
+                                reason: match &e {
+                                    Error::TlsHandshake { reason, .. } => reason.clone(),
+                                    other => other.to_string(),
+                                },
+                            },
+                        });
                         found.get_or_insert(e);
                     }
                 }
             }
-            found
+            (if fine { None } else { found }, servers)
         }
     }
 
