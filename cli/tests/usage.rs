@@ -690,3 +690,79 @@ async fn an_elect_cmd_killed_by_a_signal_is_reported_so() {
     assert!(ran.stderr.contains("killed by SIGKILL"), "{}", ran.stderr);
     assert!(!ran.stderr.contains("exited with code"), "{}", ran.stderr);
 }
+
+/// The waiting line on a terminal (issue 21 item 5): behind a semaphore it names the permits'
+/// holders and the limit, not "joining the queue". Run in tmux, read from its screen.
+#[tokio::test]
+async fn the_waiting_line_names_a_semaphores_holders() {
+    if std::process::Command::new("tmux")
+        .arg("-V")
+        .output()
+        .is_err()
+    {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "this test needs tmux (apt-get install tmux)"
+        );
+        eprintln!("skipping: tmux missing");
+        return;
+    }
+    let zk = shared_ensemble();
+    let c = zk.connect_string();
+    let path = unique_path("waiting-line");
+    let mut holder = holding(&c, &["--limit", "1", "--id", "alpha", &path], "alpha").await;
+    let tmux_session = format!("zkfence-{}", uuid::Uuid::new_v4().simple());
+    let line = format!(
+        "{} exec --connect {c} --limit 1 --timeout 30s {path} -- true",
+        bin()
+    );
+    let started = std::process::Command::new("tmux")
+        .args([
+            "new-session",
+            "-d",
+            "-s",
+            &tmux_session,
+            "-x",
+            "200",
+            "-y",
+            "10",
+            &line,
+        ])
+        .env_remove("ZKFENCE_CONNECT")
+        .status()
+        .unwrap();
+    assert!(started.success());
+    let screen = || {
+        let out = std::process::Command::new("tmux")
+            .args(["capture-pane", "-p", "-t", &tmux_session])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    // The last screen that showed anything, for the failure message.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut last = String::new();
+    let seen = loop {
+        let text = screen();
+        if text.contains("1 of 1 permits held (alpha") {
+            break Some(text);
+        }
+        if !text.trim().is_empty() {
+            last = text;
+        }
+        if Instant::now() > deadline {
+            break None;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let _ = std::process::Command::new("tmux")
+        .args(["kill-session", "-t", &tmux_session])
+        .status();
+    holder.kill().await.unwrap();
+    let text = seen.unwrap_or_else(|| panic!("the waiting line never named the holder:\n{last}"));
+    assert!(text.contains("next for a permit"), "{text}");
+    assert!(
+        text.contains("(alpha") && !text.contains("true ("),
+        "only the holder, not us: {text}"
+    );
+}
