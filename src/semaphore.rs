@@ -118,12 +118,21 @@ impl Semaphore {
             .find(|h| h.owner.permits.is_some_and(|p| p != self.permits))
         {
             None => Ok(()),
-            Some(holder) => Err(Error::PermitsMismatch {
-                path: self.path.clone(),
-                ours: self.permits,
-                theirs: holder.owner.permits.unwrap_or_default(),
-                holder: Box::new(holder),
-            }),
+            Some(holder) => {
+                tracing::warn!(
+                    path = %self.path,
+                    ours = self.permits,
+                    theirs = ?holder.owner.permits,
+                    holder = %holder,
+                    "semaphore limit differs from its holders': refused"
+                );
+                Err(Error::PermitsMismatch {
+                    path: self.path.clone(),
+                    ours: self.permits,
+                    theirs: holder.owner.permits.unwrap_or_default(),
+                    holder: Box::new(holder),
+                })
+            }
         }
     }
 
