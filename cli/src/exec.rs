@@ -51,13 +51,21 @@ impl Gate {
         }
     }
 
-    /// The holders, oldest first (for a lock: the head of the queue).
+    /// The holders, oldest first (for a lock: the head of the queue, or every reader ahead
+    /// of the first writer).
     async fn holders(&self) -> zkfence::Result<Vec<Contender>> {
         match self {
-            Gate::Lock(l) => l
-                .contenders()
-                .await
-                .map(|c| c.into_iter().take(1).collect()),
+            Gate::Lock(l) => {
+                // The head holds; readers ahead of the first writer hold together.
+                let mut contenders = l.contenders().await?;
+                let held = match contenders.iter().position(|c| !c.is_shared()) {
+                    Some(0) => 1,
+                    Some(i) => i,
+                    None => contenders.len(),
+                };
+                contenders.truncate(held);
+                Ok(contenders)
+            }
             Gate::Semaphore(s) => s.holders().await,
         }
     }

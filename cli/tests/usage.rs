@@ -229,6 +229,19 @@ async fn status_shows_every_shared_reader_as_a_holder() {
         .map(|l| l.split_whitespace().next().unwrap())
         .collect();
     assert_eq!(roles, ["holder", "holder", "waiting"], "{}", ran.stdout);
+
+    // A writer that does not wait names both readers.
+    let ran = run(
+        zkfence(&c, &["exec", "--no-wait", &path, "--", "true"]),
+        Duration::from_secs(20),
+    )
+    .await;
+    assert_eq!(ran.code, Some(75), "{}", ran.stderr);
+    assert!(
+        ran.stderr.contains("holders: reader-1") && ran.stderr.contains("reader-2"),
+        "{}",
+        ran.stderr
+    );
     r1.kill().await.unwrap();
     r2.kill().await.unwrap();
     within_secs(20, waiting).await;
