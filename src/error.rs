@@ -45,19 +45,21 @@ pub enum Error {
         reason: String,
     },
 
-    /// [`Session::connect`](crate::Session::connect) reached no server of the ensemble within
-    /// the connect timeout.
+    /// [`Session::connect`](crate::Session::connect) reached no server of the ensemble: each
+    /// server refused, did not resolve, or did not answer within the connect timeout.
     #[error(
-        "could not reach any ZooKeeper server of {connect:?} within {timeout:?} ({reason}); \
-         check that the ensemble runs and that this host can reach it"
+        "could not reach any ZooKeeper server of {connect:?} ({}); check that the ensemble \
+         runs and that this host can reach it",
+        servers.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")
     )]
     ConnectFailed {
         /// The connect string.
         connect: String,
-        /// The connect timeout that passed.
+        /// The connect timeout (the failure may have come sooner: a server that refuses or a
+        /// host that does not resolve fails at once).
         timeout: Duration,
-        /// The client library's reason.
-        reason: String,
+        /// What happened with each server of the connect string, in its order.
+        servers: Vec<ServerFailure>,
     },
 
     /// The session's settings cannot be made sound: the lease clock could not vouch for the
@@ -164,9 +166,27 @@ pub enum Error {
         waited: Duration,
         /// How many contenders were ahead of us at the last look (the holder included).
         ahead: usize,
-        /// The holder at the last look: its node name, with its owner (id, host, pid) when
-        /// it could be read.
-        holder: Option<String>,
+        /// The holder at the last look (node, token, session, owner id, host and pid), if it
+        /// could be read.
+        holder: Option<Box<crate::Contender>>,
+    },
+
+    /// A semaphore was asked for with a number of permits other than the one its holders
+    /// recorded: every participant must use the same limit. Nothing was created.
+    #[error(
+        "the semaphore {path} is used with limit {theirs} (recorded by its holder {holder}), \
+         not {ours}; every participant must use the same limit: use {theirs}, or wait until \
+         every holder of limit {theirs} has left"
+    )]
+    PermitsMismatch {
+        /// The semaphore directory.
+        path: String,
+        /// The number of permits asked for.
+        ours: usize,
+        /// The number the current holders recorded.
+        theirs: usize,
+        /// A holder that recorded `theirs`.
+        holder: Box<crate::Contender>,
     },
 
     /// This `Lock` handle already holds the lock or is acquiring it.
@@ -293,6 +313,73 @@ impl Error {
     }
 }
 
+/// One server of a failed [`Error::ConnectFailed`], and why it was not reached.
+///
+/// ```
+/// use zkfence::{ConnectFailure, ServerFailure};
+/// let failed = ServerFailure { server: "127.0.0.1:1".into(), reason: ConnectFailure::Refused };
+/// assert_eq!(failed.to_string(), "127.0.0.1:1: connection refused");
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerFailure {
+    /// The server, as in the connect string (`host:port`).
+    pub server: String,
+    /// Why it was not reached.
+    pub reason: ConnectFailure,
+}
+
+impl fmt::Display for ServerFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.server, self.reason)
+    }
+}
+
+/// Why one server of the connect string was not reached.
+///
+/// ```
+/// # fn handle(err: zkfence::Error) {
+/// use zkfence::{ConnectFailure, Error};
+/// if let Error::ConnectFailed { servers, .. } = &err {
+///     if servers.iter().all(|s| s.reason == ConnectFailure::UnknownHost) {
+///         eprintln!("check the host names: {err}");
+///     }
+/// }
+/// # }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ConnectFailure {
+    /// The host answered, but nothing listens on the port (TCP connection refused).
+    Refused,
+    /// The host name does not resolve.
+    UnknownHost,
+    /// Nothing answered within the connect timeout: no TCP connection, or no ZooKeeper
+    /// handshake over one (a silent or overloaded server, a firewall dropping packets).
+    TimedOut,
+    /// The TLS handshake with the server failed.
+    Tls {
+        /// What went wrong.
+        reason: String,
+    },
+    /// Anything else, in the client library's words.
+    Other {
+        /// The reason.
+        reason: String,
+    },
+}
+
+impl fmt::Display for ConnectFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ConnectFailure::Refused => f.write_str("connection refused"),
+            ConnectFailure::UnknownHost => f.write_str("unknown host (the name does not resolve)"),
+            ConnectFailure::TimedOut => f.write_str("timed out (no ZooKeeper answer in time)"),
+            ConnectFailure::Tls { reason } => write!(f, "TLS failed: {reason}"),
+            ConnectFailure::Other { reason } => f.write_str(reason),
+        }
+    }
+}
+
 /// Why a lease ended.
 ///
 /// ```
@@ -361,13 +448,20 @@ mod tests {
             path: "/l".into(),
             waited: Duration::from_secs(1),
             ahead: 2,
-            holder: Some("n1".into()),
+            holder: Some(Box::new(crate::Contender {
+                node: "/l/_c_x-lock-0000000001".into(),
+                token: crate::FencingToken::new(42),
+                sequence: 1,
+                session_id: 0xab,
+                owner: crate::OwnerInfo::decode(b"id=n1\nhost=h\npid=7\n"),
+                created_ms: 0,
+            })),
         };
         let s = e.to_string();
         assert!(
             s.contains("after 1.0s")
                 && s.contains("2 ahead")
-                && s.contains("held by n1")
+                && s.contains("held by n1 (h, pid 7) with token 42, session 0xab;")
                 && s.contains("try again"),
             "{s}"
         );

@@ -9,8 +9,10 @@
 //! use zkfence::{Session, SessionOptions};
 //!
 //! # #[tokio::main] async fn main() -> zkfence::Result<()> {
+//! // The connect string `zkfence ensemble up` prints, or your servers'. A chroot
+//! // ("zk1:2181,zk2:2181/app") must exist first; a trailing "/" alone means none.
 //! let session = Session::connect(
-//!     "zk1:2181,zk2:2181,zk3:2181/app",
+//!     "127.0.0.1:2181",
 //!     SessionOptions::new().session_timeout(Duration::from_secs(10)),
 //! ).await?;
 //!
@@ -30,6 +32,11 @@
 //! # async fn storage_write(_: u64, _: &[u8]) {}
 //! # async fn run_scheduler(_: zkfence::FencingToken) {}
 //! ```
+//!
+//! zkfence runs on tokio. A program with `#[tokio::main]` needs tokio's `macros` and
+//! `rt-multi-thread` features (`tokio = { version = "1", features = ["macros",
+//! "rt-multi-thread"] }`), or `macros` and `rt` for `#[tokio::main(flavor =
+//! "current_thread")]`; zkfence turns on `time` and `sync` itself.
 //!
 //! # How it works
 //!
@@ -147,7 +154,7 @@ mod fence;
 mod telemetry;
 
 pub use election::{Election, LeaderChanges, LeaderInfo, LeaderTask, Leadership};
-pub use error::{Error, LossReason, Result};
+pub use error::{ConnectFailure, Error, LossReason, Result, ServerFailure};
 pub use fence::{Fence, StaleToken};
 pub use lease::{Lease, LeaseState};
 pub use lock::Lock;
@@ -174,6 +181,39 @@ pub use token::FencingToken;
 pub fn describe_metrics() {
     #[cfg(feature = "metrics")]
     telemetry::describe();
+}
+
+/// Checks that `path` can name a lock, election or semaphore directory, without a server:
+/// what every operation on it would refuse with [`Error::InvalidPath`].
+///
+/// ```
+/// assert!(zkfence::validate_path("/locks/backup").is_ok());
+/// let err = zkfence::validate_path("locks/backup").unwrap_err();
+/// assert!(err.to_string().contains("must start with '/'"));
+/// ```
+///
+/// # Errors
+/// [`Error::InvalidPath`], saying what is wrong.
+pub fn validate_path(path: &str) -> Result<()> {
+    node::validate_path(path)
+}
+
+/// Checks a connect string (`host:port[,host:port...][/chroot]`) without a server: what
+/// [`Session::connect`] would refuse with [`Error::InvalidConnectString`] before sending
+/// anything. Every host needs its port; a chroot of `/` alone means no chroot, as in the
+/// Java client.
+///
+/// ```
+/// assert!(zkfence::validate_connect_string("zk1:2181,zk2:2181/app").is_ok());
+/// assert!(zkfence::validate_connect_string("zk1:2181/").is_ok());
+/// let err = zkfence::validate_connect_string("zk1").unwrap_err();
+/// assert!(err.to_string().contains("has no port"));
+/// ```
+///
+/// # Errors
+/// [`Error::InvalidConnectString`], saying what is wrong.
+pub fn validate_connect_string(connect: &str) -> Result<()> {
+    node::split_connect_string(connect).map(drop)
 }
 
 /// Re-export of the underlying client crate, for [`Session::client`] and ACL types.

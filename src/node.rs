@@ -161,6 +161,53 @@ pub(crate) fn queue_order(children: Vec<String>) -> Vec<(i32, String)> {
     queue
 }
 
+/// Splits a connect string into its hosts and its chroot (`None` for none, or for `/`
+/// alone, which the Java client also takes as no chroot), refusing what no server could
+/// take: no host, an empty host between commas, a host without a port, a bad chroot.
+pub(crate) fn split_connect_string(connect: &str) -> Result<(&str, Option<&str>)> {
+    let bad = |reason: String| Error::InvalidConnectString {
+        connect: connect.to_string(),
+        reason,
+    };
+    let (hosts, chroot) = match connect.find('/') {
+        Some(i) => (&connect[..i], Some(&connect[i..])),
+        None => (connect, None),
+    };
+    if hosts.is_empty() || hosts.split(',').any(|h| h.trim().is_empty()) {
+        return Err(bad(
+            "no host before the chroot, or an empty host between commas".into(),
+        ));
+    }
+    for host in hosts.split(',').map(str::trim) {
+        let bare = host
+            .strip_prefix("tcp+tls://")
+            .or_else(|| host.strip_prefix("tcp://"))
+            .unwrap_or(host);
+        // "[::1]:2181": the port follows the bracket; "zk1:2181": the last colon.
+        let port = match bare.strip_prefix('[') {
+            Some(rest) => rest.split_once("]:").map(|(_, p)| p),
+            None => bare.rsplit_once(':').map(|(_, p)| p),
+        };
+        match port {
+            None => {
+                return Err(bad(format!(
+                    "the host {bare:?} has no port; write it with its port, e.g. \"{bare}:2181\" \
+                     (ZooKeeper's usual clientPort)"
+                )))
+            }
+            Some(p) if p.parse::<u16>().is_err() => {
+                return Err(bad(format!("the port of {bare:?} is not a number")))
+            }
+            Some(_) => {}
+        }
+    }
+    let chroot = chroot.filter(|c| *c != "/");
+    if let Some(chroot) = chroot {
+        validate_path(chroot).map_err(|e| bad(format!("bad chroot: {e}")))?;
+    }
+    Ok((hosts, chroot))
+}
+
 /// Checks that `path` is an absolute ZooKeeper node path that can hold a queue.
 pub(crate) fn validate_path(path: &str) -> Result<()> {
     let reason = if path.is_empty() {
@@ -222,6 +269,12 @@ pub struct OwnerInfo {
     pub pid: Option<u32>,
     /// When the node was created, in Unix milliseconds, by the owner's clock.
     pub enqueued_at_ms: Option<u64>,
+    /// The number of permits a semaphore holder was created with ([`Semaphore`]'s limit),
+    /// so that every participant sees it and a different limit is refused. `None` for locks
+    /// and for other clients' nodes (Curator records none).
+    ///
+    /// [`Semaphore`]: crate::Semaphore
+    pub permits: Option<usize>,
     /// The node's raw data.
     pub raw: Vec<u8>,
 }
@@ -249,6 +302,7 @@ impl OwnerInfo {
             host,
             pid: Some(std::process::id()),
             enqueued_at_ms: at,
+            permits: None,
             raw: vec![],
         }
     }
@@ -268,6 +322,9 @@ impl OwnerInfo {
         }
         if let Some(at) = self.enqueued_at_ms {
             out.push_str(&format!("at={at}\n"));
+        }
+        if let Some(permits) = self.permits {
+            out.push_str(&format!("permits={permits}\n"));
         }
         out.into_bytes()
     }
@@ -290,6 +347,7 @@ impl OwnerInfo {
                     "host" => info.host = Some(v.to_string()),
                     "pid" => info.pid = v.parse().ok(),
                     "at" => info.enqueued_at_ms = v.parse().ok(),
+                    "permits" => info.permits = v.parse().ok(),
                     _ => {}
                 }
             }
@@ -445,18 +503,35 @@ mod tests {
     }
 
     #[test]
+    fn connect_strings() {
+        assert_eq!(
+            split_connect_string("a:1,b:2/app").unwrap(),
+            ("a:1,b:2", Some("/app"))
+        );
+        assert_eq!(split_connect_string("a:1/").unwrap(), ("a:1", None));
+        assert_eq!(
+            split_connect_string("[::1]:2181").unwrap(),
+            ("[::1]:2181", None)
+        );
+        for bad in ["a", "a:1,b", "a:x", ",a:1", "a:1//x", "/app"] {
+            assert!(split_connect_string(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
     fn owner_round_trip() {
         let o = OwnerInfo {
             id: Some("node-a".into()),
             host: Some("h".into()),
             pid: Some(7),
             enqueued_at_ms: Some(5),
+            permits: Some(3),
             raw: vec![],
         };
         let d = OwnerInfo::decode(&o.encode());
         assert_eq!(
-            (d.id, d.host, d.pid, d.enqueued_at_ms),
-            (o.id, o.host, o.pid, o.enqueued_at_ms)
+            (d.id, d.host, d.pid, d.enqueued_at_ms, d.permits),
+            (o.id, o.host, o.pid, o.enqueued_at_ms, o.permits)
         );
         assert_eq!(
             OwnerInfo::decode(b"kazoo-ident").id.as_deref(),

@@ -7,7 +7,7 @@ use tokio::time::Instant;
 use crate::error::{Error, Result};
 use crate::lease::{Claim, Lease};
 use crate::node::Kind;
-use crate::queue::{self, Contender, Queue};
+use crate::queue::{self, Contender, Owner, Queue};
 use crate::session::Session;
 
 /// Up to `permits` holders at once, first come first served. Made by
@@ -20,7 +20,10 @@ use crate::session::Session;
 /// [`Lease`] like a lock's: session-tied, `Lost` before the server can expire it, released
 /// on drop, with a token from the leases directory's counter.
 ///
-/// Every contender must use the same `permits`.
+/// Every contender must use the same `permits`. Each holder records its `permits` in its
+/// lease node's data, and an acquire with a different number is refused with
+/// [`Error::PermitsMismatch`] before it creates anything. Curator's `InterProcessSemaphoreV2`
+/// records nothing (and ignores the record): its holders are counted, never checked.
 ///
 /// ```no_run
 /// # async fn f(session: zkfence::Session) -> zkfence::Result<()> {
@@ -36,6 +39,7 @@ pub struct Semaphore {
     session: Session,
     path: String,
     permits: usize,
+    id: Option<String>,
 }
 
 impl Session {
@@ -52,6 +56,7 @@ impl Session {
             session: self.unbound(),
             path: path.to_string(),
             permits: permits.max(1),
+            id: None,
         }
     }
 }
@@ -67,6 +72,19 @@ impl Semaphore {
         self.permits
     }
 
+    /// Names this contender in the owner data that [`holders`](Self::holders) and the CLI's
+    /// `status` show.
+    ///
+    /// ```no_run
+    /// # async fn f(session: zkfence::Session) -> zkfence::Result<()> {
+    /// let permit = session.semaphore("/limits/api", 3).with_id("worker-7").acquire().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn with_id(mut self, id: &str) -> Self {
+        self.id = Some(id.to_string());
+        self
+    }
+
     fn leases(&self) -> Queue {
         Queue::new(
             self.session.clone(),
@@ -75,6 +93,47 @@ impl Semaphore {
                 permits: self.permits,
             },
         )
+        .with_owner(Owner::Permit {
+            id: self.id.clone(),
+            permits: self.permits,
+        })
+    }
+
+    fn turn(&self) -> crate::Lock {
+        let mutex = self.session.lock(&format!("{}/locks", self.path));
+        match &self.id {
+            Some(id) => mutex.with_id(id),
+            None => mutex,
+        }
+    }
+
+    /// Refuses a limit other than the one the current holders recorded. Checked before we
+    /// queue (so a mismatch is told at once) and again once we hold the turn: only the turn's
+    /// holder adds a lease, so then the holders cannot change their limit under us.
+    async fn check_permits(&self) -> Result<()> {
+        let holders =
+            queue::list_contenders(&self.session.shared(), &self.leases_dir(), usize::MAX).await?;
+        match holders
+            .into_iter()
+            .find(|h| h.owner.permits.is_some_and(|p| p != self.permits))
+        {
+            None => Ok(()),
+            Some(holder) => {
+                tracing::warn!(
+                    path = %self.path,
+                    ours = self.permits,
+                    theirs = ?holder.owner.permits,
+                    holder = %holder,
+                    "semaphore limit differs from its holders': refused"
+                );
+                Err(Error::PermitsMismatch {
+                    path: self.path.clone(),
+                    ours: self.permits,
+                    theirs: holder.owner.permits.unwrap_or_default(),
+                    holder: Box::new(holder),
+                })
+            }
+        }
     }
 
     fn leases_dir(&self) -> String {
@@ -94,6 +153,7 @@ impl Semaphore {
     ///   is off). [`Error::SessionClosed`]: the session was closed.
     /// - [`Error::NodeDeleted`] if someone deleted our node while we waited.
     /// - [`Error::NoAnswer`] if the ensemble did not vouch for the session at the grant.
+    /// - [`Error::PermitsMismatch`] if the holders recorded another number of permits.
     pub async fn acquire(&self) -> Result<Lease> {
         self.acquire_until(None).await
     }
@@ -114,7 +174,8 @@ impl Semaphore {
 
     async fn acquire_until(&self, deadline: Option<Instant>) -> Result<Lease> {
         crate::node::validate_path(&self.path)?;
-        let mutex = self.session.lock(&format!("{}/locks", self.path));
+        self.check_permits().await?;
+        let mutex = self.turn();
         let turn = match deadline {
             None => mutex.acquire().await?,
             Some(deadline) => mutex
@@ -123,6 +184,7 @@ impl Semaphore {
                 .map_err(|e| self.timeout_for_semaphore(e))?,
         };
         // Our turn: we are the only one waiting for a permit.
+        self.check_permits().await?;
         let grant = self.leases().join(deadline).await;
         // Hand the turn on at once (the delete goes on in the background).
         drop(turn);
@@ -139,11 +201,13 @@ impl Semaphore {
     /// The errors of [`acquire`](Self::acquire) but [`Error::NodeDeleted`].
     pub async fn try_acquire(&self) -> Result<Option<Lease>> {
         crate::node::validate_path(&self.path)?;
-        let mutex = self.session.lock(&format!("{}/locks", self.path));
+        self.check_permits().await?;
+        let mutex = self.turn();
         // Someone holding the turn is waiting for a permit: none is free.
         let Some(turn) = mutex.try_acquire().await? else {
             return Ok(None);
         };
+        self.check_permits().await?;
         let grant = self.leases().try_join().await;
         drop(turn);
         Ok(grant?.map(|grant| Lease::new(self.leases_dir(), grant, Claim::none())))

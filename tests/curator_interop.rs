@@ -18,6 +18,8 @@ const DRIVER: &str = r#"
 import org.apache.curator.framework.CuratorFramework;
 import org.apache.curator.framework.CuratorFrameworkFactory;
 import org.apache.curator.framework.recipes.locks.InterProcessMutex;
+import org.apache.curator.framework.recipes.locks.InterProcessSemaphoreV2;
+import org.apache.curator.framework.recipes.locks.Lease;
 import org.apache.curator.retry.RetryOneTime;
 import java.io.BufferedReader;
 import java.io.InputStreamReader;
@@ -30,18 +32,30 @@ public class CuratorLock {
         client.start();
         client.blockUntilConnected();
         InterProcessMutex mutex = new InterProcessMutex(client, args[1]);
+        // With a third argument: InterProcessSemaphoreV2 with that many leases instead.
+        InterProcessSemaphoreV2 semaphore = args.length > 2
+            ? new InterProcessSemaphoreV2(client, args[1], Integer.parseInt(args[2])) : null;
+        java.util.ArrayDeque<Lease> leases = new java.util.ArrayDeque<>();
         BufferedReader in = new BufferedReader(new InputStreamReader(System.in));
         System.out.println("ready");
         String line;
         while ((line = in.readLine()) != null) {
             if (line.equals("acquire")) {
-                mutex.acquire();
+                if (semaphore != null) leases.push(semaphore.acquire()); else mutex.acquire();
                 System.out.println("acquired");
             } else if (line.startsWith("try ")) {
-                boolean ok = mutex.acquire(Long.parseLong(line.substring(4)), TimeUnit.MILLISECONDS);
+                long ms = Long.parseLong(line.substring(4));
+                boolean ok;
+                if (semaphore != null) {
+                    Lease lease = semaphore.acquire(ms, TimeUnit.MILLISECONDS);
+                    if (lease != null) leases.push(lease);
+                    ok = lease != null;
+                } else {
+                    ok = mutex.acquire(ms, TimeUnit.MILLISECONDS);
+                }
                 System.out.println(ok ? "acquired" : "timeout");
             } else if (line.equals("release")) {
-                mutex.release();
+                if (semaphore != null) semaphore.returnLease(leases.pop()); else mutex.release();
                 System.out.println("released");
             } else {
                 break;
@@ -62,6 +76,11 @@ struct Curator {
 impl Curator {
     /// `None` when Java or Curator is missing, outside CI (CI must never skip).
     async fn start(connect: &str, path: &str) -> Option<Curator> {
+        Curator::start_with(connect, path, &[]).await
+    }
+
+    /// `start`, with more arguments for the driver (a number: a semaphore of that many).
+    async fn start_with(connect: &str, path: &str, more: &[&str]) -> Option<Curator> {
         let java = std::process::Command::new("java").arg("-version").output();
         if java.is_err() || !std::path::Path::new(CURATOR_JAR).exists() {
             assert!(
@@ -79,6 +98,7 @@ impl Curator {
             .args(["-Xmx64m", "-cp", CURATOR_JAR])
             .arg(&source)
             .args([connect, path])
+            .args(more)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -169,4 +189,59 @@ async fn zkfence_and_curator_exclude_each_other_in_one_fifo_queue() {
         })
         .await;
     }
+}
+
+/// Issue 21 item 6: zkfence records its limit in each permit, which Curator's
+/// `InterProcessSemaphoreV2` ignores: the two still share one set of permits on one path,
+/// and a zkfence participant with another limit is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zkfence_and_curator_share_a_semaphore_and_a_different_limit_is_refused() {
+    let zk = shared_ensemble();
+    let dir = unique_path("curator-semaphore");
+    let ours = connect(&zk.connect_string(), Duration::from_secs(4)).await;
+    let Some(mut curator) = Curator::start_with(&zk.connect_string(), &dir, &["2"]).await else {
+        return;
+    };
+    assert_eq!(curator.ask("acquire").await, "acquired");
+    let lease = within(
+        Duration::from_secs(10),
+        "zkfence takes the second permit",
+        ours.semaphore(&dir, 2).with_id("z1").acquire(),
+    )
+    .await
+    .unwrap();
+    // Full: Curator counts ours, we count Curator's.
+    assert_eq!(curator.ask("try 500").await, "timeout");
+    assert!(ours
+        .semaphore(&dir, 2)
+        .try_acquire()
+        .await
+        .unwrap()
+        .is_none());
+    // Our holder recorded 2: a zkfence participant with 3 is refused, waiting or not.
+    for waiting in [false, true] {
+        let other = ours.semaphore(&dir, 3);
+        let result = if waiting {
+            other
+                .acquire_timeout(Duration::from_secs(5))
+                .await
+                .map(Some)
+        } else {
+            other.try_acquire().await
+        };
+        match result {
+            Err(zkfence::Error::PermitsMismatch {
+                ours: 3,
+                theirs: 2,
+                holder,
+                ..
+            }) => assert_eq!(holder.owner.id.as_deref(), Some("z1")),
+            other => panic!("waiting={waiting}: expected PermitsMismatch, got {other:?}"),
+        }
+    }
+    // Our release frees a permit for Curator.
+    lease.release().await.unwrap();
+    assert_eq!(curator.ask("try 10000").await, "acquired");
+    assert_eq!(curator.ask("release").await, "released");
+    assert_eq!(curator.ask("release").await, "released");
 }

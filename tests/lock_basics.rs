@@ -306,12 +306,16 @@ async fn cancelled_acquires_and_timeouts_leave_no_node() {
             ..
         } => {
             assert_eq!(*ahead, 1);
-            let name = holder.path().rsplit('/').next().unwrap();
-            assert!(h.starts_with(name), "{h}");
-            assert!(
-                h.contains(&format!("pid {}", std::process::id())),
+            // The structured holder: its node, token, session and owner.
+            assert_eq!(h.node, holder.path(), "{h}");
+            assert_eq!(h.token, holder.token(), "{h}");
+            assert_eq!(h.session_id, s.id(), "{h}");
+            assert_eq!(
+                h.owner.pid,
+                Some(std::process::id()),
                 "names the owner: {h}"
             );
+            assert!(err.to_string().contains(&format!("held by {h}")), "{err}");
         }
         other => panic!("expected a timeout, got {other}"),
     }
@@ -640,7 +644,41 @@ async fn bad_input_gives_clear_errors_and_leaves_nothing() {
     )
     .await
     .unwrap_err();
-    assert!(matches!(err, Error::ConnectFailed { .. }), "{err}");
+    match &err {
+        Error::ConnectFailed { servers, .. } => assert_eq!(
+            servers,
+            &[zkfence::ServerFailure {
+                server: format!("127.0.0.1:{port}"),
+                reason: zkfence::ConnectFailure::Refused,
+            }],
+            "{err}"
+        ),
+        other => panic!("expected ConnectFailed, got {other}"),
+    }
+    // A server that takes the TCP connection but never answers, and a name that does not
+    // resolve: each named, at the connect timeout.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let silent_at = silent.local_addr().unwrap().to_string();
+    let err = Session::connect(
+        &format!("{silent_at},nosuchhost.invalid:2181"),
+        SessionOptions::new().connect_timeout(Duration::from_secs(1)),
+    )
+    .await
+    .unwrap_err();
+    match &err {
+        Error::ConnectFailed { servers, .. } => {
+            let reasons: Vec<_> = servers.iter().map(|s| s.reason.clone()).collect();
+            assert_eq!(
+                reasons,
+                [
+                    zkfence::ConnectFailure::TimedOut,
+                    zkfence::ConnectFailure::UnknownHost
+                ],
+                "{err}"
+            );
+        }
+        other => panic!("expected ConnectFailed, got {other}"),
+    }
     assert!(
         started.elapsed() < Duration::from_secs(3),
         "took {:?}",

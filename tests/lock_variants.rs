@@ -270,3 +270,43 @@ async fn waiters_for_permits_are_not_a_herd() {
         "a release wakes the permit waiter and the next turn, nobody else"
     );
 }
+
+/// Issue 21 item 6: every permit records the limit; a different one is refused before
+/// anything is created, and the same one is still admitted.
+#[tokio::test]
+async fn a_semaphore_refuses_a_different_number_of_permits() {
+    let s = session().await;
+    let dir = unique_path("sem-limit");
+    let first = s.semaphore(&dir, 2).with_id("two").acquire().await.unwrap();
+    let leases = format!("{dir}/leases");
+    let before = children(&s, &leases).await;
+    let err = s.semaphore(&dir, 3).try_acquire().await.unwrap_err();
+    match &err {
+        zkfence::Error::PermitsMismatch {
+            path,
+            ours: 3,
+            theirs: 2,
+            holder,
+        } => {
+            assert_eq!(path, &dir);
+            assert_eq!(holder.owner.id.as_deref(), Some("two"));
+            assert_eq!(holder.owner.permits, Some(2));
+        }
+        other => panic!("expected PermitsMismatch, got {other:?}"),
+    }
+    assert!(err.to_string().contains("limit 2"), "{err}");
+    let err = s
+        .semaphore(&dir, 1)
+        .acquire_timeout(Duration::from_secs(5))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, zkfence::Error::PermitsMismatch { ours: 1, .. }),
+        "{err}"
+    );
+    assert_eq!(children(&s, &leases).await, before, "nothing was created");
+    let second = s.semaphore(&dir, 2).try_acquire().await.unwrap();
+    assert!(second.is_some(), "the same limit is admitted");
+    drop(second);
+    first.release().await.unwrap();
+}

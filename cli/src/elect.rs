@@ -165,11 +165,22 @@ async fn lead(
         } => {
             resign(leadership, session).await;
             let code = child::code_of(status);
+            let ended = match status {
+                child::Ended::Code(code) => format!("exited with code {code}"),
+                child::Ended::Signal(sig) => format!("was killed by {}", signals::name(sig)),
+            };
             if o.once {
+                if matches!(status, child::Ended::Signal(_)) {
+                    eprintln!(
+                        "zkfence: {} {ended}: resigned leadership of {}",
+                        cmd.name(),
+                        o.path
+                    );
+                }
                 return Led::Exit(code);
             }
             eprintln!(
-                "zkfence: {} exited with code {code}: resigned leadership of {}, campaigning again",
+                "zkfence: {} {ended}: resigned leadership of {}, campaigning again",
                 cmd.name(),
                 o.path
             );
@@ -236,4 +247,20 @@ async fn connect(global: &Global, signals: &mut Signals) -> Result<Result<Sessio
         session = global.connect() => Ok(Ok(session?)),
         sig = signals.recv() => Ok(Err(exit::by_signal(sig))),
     }
+}
+
+/// The candidate id when --id is not given: this host's name and CMD's program name
+/// (`web-3:scheduler`), which tells an operator where the leader runs.
+pub fn default_id(cmd: &[String]) -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| "localhost".into());
+    let program = cmd
+        .first()
+        .map(|c| c.rsplit('/').next().unwrap_or(c).to_string())
+        .unwrap_or_default();
+    format!("{host}:{program}")
 }

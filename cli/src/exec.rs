@@ -51,13 +51,21 @@ impl Gate {
         }
     }
 
-    /// The holders, oldest first (for a lock: the head of the queue).
+    /// The holders, oldest first (for a lock: the head of the queue, or every reader ahead
+    /// of the first writer).
     async fn holders(&self) -> zkfence::Result<Vec<Contender>> {
         match self {
-            Gate::Lock(l) => l
-                .contenders()
-                .await
-                .map(|c| c.into_iter().take(1).collect()),
+            Gate::Lock(l) => {
+                // The head holds; readers ahead of the first writer hold together.
+                let mut contenders = l.contenders().await?;
+                let held = match contenders.iter().position(|c| !c.is_shared()) {
+                    Some(0) => 1,
+                    Some(i) => i,
+                    None => contenders.len(),
+                };
+                contenders.truncate(held);
+                Ok(contenders)
+            }
             Gate::Semaphore(s) => s.holders().await,
         }
     }
@@ -73,7 +81,7 @@ pub async fn run(global: &Global, o: Options) -> Result<u8, Failure> {
     };
     let id = o.id.clone().unwrap_or_else(|| default_id(&o.cmd));
     let lock = match (o.limit, o.shared) {
-        (Some(n), _) => Gate::Semaphore(session.semaphore(&o.lockpath, n)),
+        (Some(n), _) => Gate::Semaphore(session.semaphore(&o.lockpath, n).with_id(&id)),
         (None, true) => Gate::Lock(
             session
                 .read_lock(&o.lockpath)
@@ -147,6 +155,23 @@ pub async fn run(global: &Global, o: Options) -> Result<u8, Failure> {
                 format!(
                     "timed out after {:.1}s waiting for {path}: {ahead} ahead of us{holder}; nothing was acquired, try again later",
                     waited.as_secs_f64()
+                ),
+            ));
+        }
+        Err(Error::PermitsMismatch {
+            ours,
+            theirs,
+            holder,
+            ..
+        }) => {
+            drop(lock);
+            close(session, global.session_timeout).await;
+            return Err(Failure::new(
+                exit::USAGE,
+                format!(
+                    "{} is held with limit {theirs} (by {holder}), but this run asked for \
+                     --limit {ours}: every run on a path must use the same --limit; nothing was run",
+                    o.lockpath
                 ),
             ));
         }
@@ -232,19 +257,27 @@ async fn hold(
     }
 }
 
-/// ", held by ID (host, pid N), token T, session 0x…" for the current holder, if any.
+/// "; holder: ID (host, pid N) with token T, session 0x…, for 1.2s" for the current
+/// holder, or "; holders: …, …" for each of a semaphore's, if any.
 async fn holder_of(lock: &Gate) -> String {
     match tokio::time::timeout(Duration::from_secs(2), lock.holders()).await {
-        Ok(Ok(contenders)) => match contenders.first() {
-            Some(h) => format!(
-                "; holder: {} with token {}, session {}, for {:.1}s",
-                h.owner,
-                h.token,
-                crate::status::session_hex(h.session_id),
-                crate::status::age_ms(h.created_ms) as f64 / 1000.0
-            ),
-            None => String::new(),
-        },
+        Ok(Ok(holders)) if !holders.is_empty() => {
+            let named: Vec<String> = holders
+                .iter()
+                .map(|h| {
+                    format!(
+                        "{h}, for {:.1}s",
+                        crate::status::age_ms(h.created_ms) as f64 / 1000.0
+                    )
+                })
+                .collect();
+            let word = if named.len() == 1 {
+                "holder"
+            } else {
+                "holders"
+            };
+            format!("; {word}: {}", named.join("; "))
+        }
         _ => String::new(),
     }
 }

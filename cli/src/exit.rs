@@ -8,7 +8,7 @@ pub const OK: u8 = 0;
 pub const ERROR: u8 = 1;
 /// Bad usage: arguments, paths, connect string (clap uses 2 as well).
 pub const USAGE: u8 = 2;
-/// No session: the ensemble is unreachable, or the session expired or was closed.
+/// No session: the ensemble is unreachable, or stopped answering for a session timeout.
 pub const UNAVAILABLE: u8 = 3;
 /// The ensemble refused our credentials or an ACL denied us.
 pub const DENIED: u8 = 4;
@@ -35,13 +35,19 @@ pub const HELP: &str = "\
 Exit codes:
   0        success; for exec and elect: CMD's own exit code
   1        error (for demo: a promise did not hold)
-  2        usage error: bad arguments, path or connect string
-  3        ZooKeeper unreachable, or the session expired or was closed
-  4        authentication failed or an ACL denied access
-  75       exec --timeout passed, or --no-wait found the lock taken: nothing ran (EX_TEMPFAIL)
-  76       the lock (exec) or leadership (elect --once) was lost, or about to run out unrenewed,
-           while CMD ran (or before it could start: nothing ran); CMD's whole process group
-           was stopped before the lock could pass on
+  2        usage error: bad arguments, path or connect string, a TLS file that cannot be
+           used, a plaintext connection to a TLS port, or a --limit other than the holders'
+           (nothing was run); checked before connecting where no server is needed
+  3        ZooKeeper unreachable (every server refused, did not resolve, or did not answer
+           within --connect-timeout), or the session was closed; an expired session is
+           survived: exec queues again, elect campaigns again
+  4        authentication failed (SASL, digest, a TLS certificate not trusted either way)
+           or an ACL denied access
+  75       exec --timeout passed, or --no-wait found the lock taken: nothing ran
+           (EX_TEMPFAIL); the message names the holders
+  76       the lock (exec) or leadership (elect --once) was lost, or about to run out
+           unrenewed, while CMD ran (or before it could start: nothing ran); CMD's whole
+           process group was stopped before the lock could pass on
   77       CMD's group could not be stopped: processes of another user in it (setuid, sudo)
            escaped the kill and may still run; run zkfence as that user instead
   126/127  CMD could not be executed / was not found
@@ -70,6 +76,8 @@ pub fn code_of(err: &Error) -> u8 {
         // command line is wrong, not the ensemble.
         Error::InvalidPath { .. }
         | Error::InvalidConnectString { .. }
+        | Error::PermitsMismatch { .. }
+        | Error::UnsoundSettings { .. }
         | Error::TlsConfig { .. }
         | Error::TlsRequired { .. } => USAGE,
         Error::ConnectFailed { .. }

@@ -6,6 +6,7 @@
 //! keeps the whole branch above it. PATH itself is never removed. The library has no tree
 //! walk, so this reads and deletes through the raw `zookeeper-client` handle.
 
+use serde::Serialize;
 use zkfence::zookeeper_client as zk;
 
 use crate::exit::{self, Failure};
@@ -21,13 +22,34 @@ struct Seen {
     empty: bool,
 }
 
-pub async fn run(global: &Global, path: &str, apply: bool) -> Result<u8, Failure> {
-    if !path.starts_with('/') {
-        return Err(Failure::new(
-            exit::USAGE,
-            format!("invalid path {path:?}: must start with '/'"),
-        ));
+/// The `gc --json` document (README, "JSON output").
+#[derive(Debug, Default, Serialize)]
+struct Report {
+    path: String,
+    exists: bool,
+    applied: bool,
+    /// Every empty directory found, deepest first.
+    empty: Vec<String>,
+    removed: Vec<String>,
+    kept: Vec<Kept>,
+}
+
+#[derive(Debug, Serialize)]
+struct Kept {
+    path: String,
+    reason: &'static str,
+}
+
+/// PATH checked before anything is sent: absolute (the root is allowed here).
+pub fn check_root(path: &str) -> Result<(), Failure> {
+    if path == "/" {
+        return Ok(());
     }
+    zkfence::validate_path(path.trim_end_matches('/'))
+        .map_err(|e| Failure::new(exit::USAGE, e.to_string()))
+}
+
+pub async fn run(global: &Global, path: &str, apply: bool, json: bool) -> Result<u8, Failure> {
     let root = if path.len() > 1 {
         path.trim_end_matches('/')
     } else {
@@ -35,17 +57,39 @@ pub async fn run(global: &Global, path: &str, apply: bool) -> Result<u8, Failure
     };
     let session = global.connect().await?;
     let client = session.client().clone();
-    let outcome = walk_and_collect(&client, root, apply).await;
+    let mut report = Report {
+        path: root.to_string(),
+        applied: apply,
+        ..Report::default()
+    };
+    let outcome = walk_and_collect(&client, root, apply, &mut report, !json).await;
     drop(client);
     close(session, std::time::Duration::from_secs(1)).await;
+    if json && outcome.is_ok() {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report).expect("a report always serialises")
+        );
+    }
     outcome
 }
 
-async fn walk_and_collect(client: &zk::Client, root: &str, apply: bool) -> Result<u8, Failure> {
+async fn walk_and_collect(
+    client: &zk::Client,
+    root: &str,
+    apply: bool,
+    report: &mut Report,
+    text: bool,
+) -> Result<u8, Failure> {
+    let say = |line: String| {
+        if text {
+            println!("{line}");
+        }
+    };
     let seen = match walk(client, root).await {
         Ok(Some(seen)) => seen,
         Ok(None) => {
-            println!("{root} does not exist: nothing to remove");
+            say(format!("{root} does not exist: nothing to remove"));
             return Ok(exit::OK);
         }
         Err(e) => {
@@ -63,15 +107,17 @@ async fn walk_and_collect(client: &zk::Client, root: &str, apply: bool) -> Resul
         .rev()
         .filter(|s| s.empty)
         .collect();
+    report.exists = true;
+    report.empty = empty.iter().map(|s| s.path.clone()).collect();
     if !apply {
         for s in &empty {
-            println!("would remove {}", s.path);
+            say(format!("would remove {}", s.path));
         }
-        println!(
+        say(format!(
             "{} empty director{} under {root}; dry run, nothing removed (--apply removes them)",
             empty.len(),
             if empty.len() == 1 { "y" } else { "ies" }
-        );
+        ));
         return Ok(exit::OK);
     }
     let (mut removed, mut kept) = (0usize, 0usize);
@@ -79,17 +125,28 @@ async fn walk_and_collect(client: &zk::Client, root: &str, apply: bool) -> Resul
         match client.delete(&s.path, Some(s.version)).await {
             Ok(()) => {
                 removed += 1;
-                println!("removed {}", s.path);
+                report.removed.push(s.path.clone());
+                say(format!("removed {}", s.path));
             }
             Err(zk::Error::NotEmpty) => {
                 kept += 1;
-                println!("kept {}: it gained a child since it was read", s.path);
+                let reason = "it gained a child since it was read";
+                report.kept.push(Kept {
+                    path: s.path.clone(),
+                    reason,
+                });
+                say(format!("kept {}: {reason}", s.path));
             }
             Err(zk::Error::BadVersion) => {
                 kept += 1;
-                println!("kept {}: its data changed since it was read", s.path);
+                let reason = "its data changed since it was read";
+                report.kept.push(Kept {
+                    path: s.path.clone(),
+                    reason,
+                });
+                say(format!("kept {}: {reason}", s.path));
             }
-            Err(zk::Error::NoNode) => println!("skipped {}: already gone", s.path),
+            Err(zk::Error::NoNode) => say(format!("skipped {}: already gone", s.path)),
             Err(e) => {
                 return Err(Failure::new(
                     exit::UNAVAILABLE,
@@ -101,10 +158,10 @@ async fn walk_and_collect(client: &zk::Client, root: &str, apply: bool) -> Resul
             }
         }
     }
-    println!(
+    say(format!(
         "removed {removed} empty director{} under {root}, kept {kept}",
         if removed == 1 { "y" } else { "ies" }
-    );
+    ));
     Ok(exit::OK)
 }
 

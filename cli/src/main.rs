@@ -25,7 +25,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::{Parser, Subcommand};
+use clap::{Args, Parser, Subcommand};
 use zkfence::{NodeFormat, Session, SessionOptions};
 
 use crate::exit::Failure;
@@ -39,111 +39,138 @@ use crate::exit::Failure;
     after_help = "Run `zkfence --help` for the exit codes."
 )]
 struct Cli {
-    /// ZooKeeper servers: host:port[,host:port...][/chroot].
-    #[arg(
-        long,
-        global = true,
-        env = "ZKFENCE_CONNECT",
-        default_value = "127.0.0.1:2181",
-        value_name = "HOSTS"
-    )]
-    connect: String,
-
-    /// The session timeout to ask for: a crashed holder's lock frees about this long after it
-    /// dies (the ensemble clamps it to its own bounds). E.g. "10s", "500ms", "1m".
-    #[arg(long, global = true, default_value = "10s", value_parser = duration::parse, value_name = "DUR")]
-    session_timeout: Duration,
-
     /// More log output on stderr: -v info, -vv debug, -vvv trace.
-    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    #[arg(short, long, global = true, action = clap::ArgAction::Count, help_heading = "Logging options")]
     verbose: u8,
 
     /// Log filter for stderr, in `RUST_LOG` syntax (e.g. "zkfence=debug"); overrides -v.
-    #[arg(long, global = true, env = "ZKFENCE_LOG", value_name = "FILTER")]
-    log_level: Option<String>,
-
-    /// Connect over TLS, trusting the CA certificates (PEM) in FILE to sign the servers'
-    /// certificates; --connect then names the servers' secureClientPorts. The servers'
-    /// certificates must name the host they are reached by.
     #[arg(
         long,
         global = true,
-        env = "ZKFENCE_TLS_CA",
-        value_name = "FILE",
-        help_heading = "Security"
+        env = "ZKFENCE_LOG",
+        value_name = "FILTER",
+        help_heading = "Logging options"
     )]
+    log_level: Option<String>,
+
+    /// The connection and security options may also come before the subcommand
+    /// (`zkfence --connect HOSTS exec ...`); after it, they win.
+    #[command(flatten)]
+    connection: ConnectArgs,
+
+    #[command(flatten)]
+    security: SecurityArgs,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// Where the ensemble is and how long to try: every subcommand that talks to ZooKeeper.
+#[derive(Args, Debug, Clone, Default)]
+#[command(next_help_heading = "Connection options")]
+struct ConnectArgs {
+    /// ZooKeeper servers: host:port[,host:port...][/chroot]; every host needs its port
+    /// (ZooKeeper's is usually 2181). [default: 127.0.0.1:2181]
+    #[arg(long, env = "ZKFENCE_CONNECT", value_name = "HOSTS")]
+    connect: Option<String>,
+
+    /// The session timeout to ask for: a crashed holder's lock frees about this long after it
+    /// dies (the ensemble clamps it to its own bounds). E.g. "10s", "500ms", "1m"; a bare
+    /// number is seconds. [default: 10s]
+    #[arg(long, value_parser = duration::parse, value_name = "DUR")]
+    session_timeout: Option<Duration>,
+
+    /// Give up connecting after DUR (exit 3), like etcdctl's --dial-timeout. A server that
+    /// refuses the connection, or a host that does not resolve, fails at once. [default:
+    /// the session timeout]
+    #[arg(long, value_parser = duration::parse, value_name = "DUR")]
+    connect_timeout: Option<Duration>,
+}
+
+impl ConnectArgs {
+    /// These, with `outer`'s (given before the subcommand) where these are unset.
+    fn or(self, outer: &ConnectArgs) -> ConnectArgs {
+        ConnectArgs {
+            connect: self.connect.or_else(|| outer.connect.clone()),
+            session_timeout: self.session_timeout.or(outer.session_timeout),
+            connect_timeout: self.connect_timeout.or(outer.connect_timeout),
+        }
+    }
+}
+
+/// TLS and authentication: every subcommand that talks to ZooKeeper.
+#[derive(Args, Debug, Clone, Default)]
+#[command(next_help_heading = "Security options")]
+struct SecurityArgs {
+    /// Connect over TLS, trusting the CA certificates (PEM) in FILE to sign the servers'
+    /// certificates; --connect then names the servers' secureClientPorts. The servers'
+    /// certificates must name the host they are reached by.
+    #[arg(long, env = "ZKFENCE_TLS_CA", value_name = "FILE")]
     tls_ca: Option<PathBuf>,
 
     /// Present this client certificate (PEM) for mutual TLS; with the servers' x509 auth
     /// provider its subject is our identity, and our nodes are ours alone. Needs --tls-key
     /// and --tls-ca.
-    #[arg(
-        long,
-        global = true,
-        env = "ZKFENCE_TLS_CERT",
-        value_name = "FILE",
-        requires = "tls_key",
-        help_heading = "Security"
-    )]
+    #[arg(long, env = "ZKFENCE_TLS_CERT", value_name = "FILE")]
     tls_cert: Option<PathBuf>,
 
     /// The private key (PEM) of --tls-cert.
-    #[arg(
-        long,
-        global = true,
-        env = "ZKFENCE_TLS_KEY",
-        value_name = "FILE",
-        requires = "tls_cert",
-        help_heading = "Security"
-    )]
+    #[arg(long, env = "ZKFENCE_TLS_KEY", value_name = "FILE")]
     tls_key: Option<PathBuf>,
 
     /// Authenticate with SASL DIGEST-MD5 as USER; the password comes from the environment
     /// variable ZKFENCE_SASL_PASSWORD or from --sasl-password-file, never from the command
     /// line (which `ps` shows). Our nodes are then ours alone.
     ///
-    /// Example: ZKFENCE_SASL_PASSWORD="$(cat /run/secrets/zk)" zkfence --sasl-user payments exec /locks/pay -- ./pay.sh
-    #[arg(
-        long,
-        global = true,
-        env = "ZKFENCE_SASL_USER",
-        value_name = "USER",
-        help_heading = "Security"
-    )]
+    /// Example: ZKFENCE_SASL_PASSWORD="$(cat /run/secrets/zk)" zkfence exec --sasl-user payments /locks/pay ./pay.sh
+    #[arg(long, env = "ZKFENCE_SASL_USER", value_name = "USER")]
     sasl_user: Option<String>,
 
     /// Read the SASL password from the first line of FILE (instead of ZKFENCE_SASL_PASSWORD).
-    #[arg(
-        long,
-        global = true,
-        value_name = "FILE",
-        requires = "sasl_user",
-        help_heading = "Security"
-    )]
+    #[arg(long, value_name = "FILE")]
     sasl_password_file: Option<PathBuf>,
 
     /// Authenticate with ZooKeeper's `digest` scheme as USER: `--auth digest:USER`. The
     /// password comes from ZKFENCE_AUTH_PASSWORD or --auth-password-file, never from the
     /// command line. Our nodes are then ours alone.
-    #[arg(long, global = true, value_name = "digest:USER", value_parser = parse_auth, help_heading = "Security")]
+    #[arg(long, value_name = "digest:USER", value_parser = parse_auth)]
     auth: Option<String>,
 
     /// Read the --auth password from the first line of FILE (instead of ZKFENCE_AUTH_PASSWORD).
-    #[arg(
-        long,
-        global = true,
-        value_name = "FILE",
-        requires = "auth",
-        help_heading = "Security"
-    )]
+    #[arg(long, value_name = "FILE")]
     auth_password_file: Option<PathBuf>,
+}
 
-    #[command(subcommand)]
-    command: Command,
+impl SecurityArgs {
+    fn or(self, outer: &SecurityArgs) -> SecurityArgs {
+        SecurityArgs {
+            tls_ca: self.tls_ca.or_else(|| outer.tls_ca.clone()),
+            tls_cert: self.tls_cert.or_else(|| outer.tls_cert.clone()),
+            tls_key: self.tls_key.or_else(|| outer.tls_key.clone()),
+            sasl_user: self.sasl_user.or_else(|| outer.sasl_user.clone()),
+            sasl_password_file: self
+                .sasl_password_file
+                .or_else(|| outer.sasl_password_file.clone()),
+            auth: self.auth.or_else(|| outer.auth.clone()),
+            auth_password_file: self
+                .auth_password_file
+                .or_else(|| outer.auth_password_file.clone()),
+        }
+    }
+}
+
+/// The options of every subcommand that talks to ZooKeeper.
+#[derive(Args, Debug, Clone, Default)]
+struct Remote {
+    #[command(flatten)]
+    connection: ConnectArgs,
+    #[command(flatten)]
+    security: SecurityArgs,
 }
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    #[command(after_long_help = exit::HELP)]
     /// Run CMD while holding the lock LOCKPATH; release it when CMD exits.
     ///
     /// CMD sees ZKFENCE_TOKEN (the fencing token: pass it to every write the lock protects),
@@ -168,50 +195,65 @@ enum Command {
     ///
     /// Examples:
     ///
-    ///   zkfence exec /locks/backup -- ./backup.sh           one at a time, waiting in line
+    ///   zkfence exec /locks/backup ./backup.sh --full        one at a time, waiting in line
     ///
-    ///   zkfence exec --no-wait /locks/backup -- ./backup.sh  exit 75 at once if taken (cron)
+    ///   zkfence exec --no-wait /locks/backup ./backup.sh     exit 75 at once if taken (cron)
     ///
-    ///   zkfence exec --shared /locks/catalog -- ./read.sh    readers together, writers alone
+    ///   zkfence exec --shared /locks/catalog ./read.sh       readers together, writers alone
     ///
-    ///   zkfence exec --limit 3 /limits/api -- ./call.sh      at most 3 at once
+    ///   zkfence exec --limit 3 /limits/api ./call.sh         at most 3 at once
+    ///
+    /// zkfence's options go before LOCKPATH; everything after CMD is CMD's own (a `--`
+    /// before CMD works too, as with flock and etcdctl lock).
     Exec {
         /// The lock directory, e.g. /locks/backup.
         lockpath: String,
-        /// Give up waiting after DUR and exit 75; "0" never waits behind a holder.
-        #[arg(long, value_parser = duration::parse, value_name = "DUR")]
+        /// Give up waiting after DUR and exit 75; "0" never waits behind a holder. E.g.
+        /// "30s", "500ms", "2m"; a bare number is seconds ("30" means 30s).
+        #[arg(long, value_parser = duration::parse, value_name = "DUR", help_heading = "Lock options")]
         timeout: Option<Duration>,
         /// Do not wait: exit 75 at once if the lock is taken (same as --timeout 0), like
-        /// `flock -n`. E.g. `zkfence exec --no-wait /locks/report -- ./report.sh` in cron.
-        #[arg(long, short = 'n', conflicts_with = "timeout")]
+        /// `flock -n`. E.g. `zkfence exec --no-wait /locks/report ./report.sh` in cron.
+        #[arg(
+            long,
+            short = 'n',
+            conflicts_with = "timeout",
+            help_heading = "Lock options"
+        )]
         no_wait: bool,
         /// Take the lock shared (the read side of a read/write lock): runs with other
         /// --shared runs at once, never with a plain `exec` (a writer) on the same path.
-        /// E.g. `zkfence exec --shared /locks/catalog -- ./export.sh`.
-        #[arg(long, short = 's', conflicts_with = "limit")]
+        #[arg(
+            long,
+            short = 's',
+            conflicts_with = "limit",
+            help_heading = "Lock options"
+        )]
         shared: bool,
-        /// Up to N runs at once on LOCKPATH (a semaphore with N permits; every run on the
-        /// path must use the same N). E.g. `zkfence exec --limit 3 /limits/api -- ./sync.sh`.
-        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..), conflicts_with = "format")]
+        /// Up to N runs at once on LOCKPATH (a semaphore with N permits). Each run records
+        /// its N where the others see it; a run with another N is refused (exit 2) while
+        /// any holder of the first remains.
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..), conflicts_with = "format", help_heading = "Lock options")]
         limit: Option<u32>,
         /// Queue node layout: curator (Apache Curator, the default) or kazoo (Python Kazoo).
-        #[arg(long, value_parser = parse_format, value_name = "FORMAT")]
+        #[arg(long, value_parser = parse_format, value_name = "FORMAT", help_heading = "Lock options")]
         format: Option<NodeFormat>,
-        /// Our name in `zkfence status` (default: CMD's name).
-        #[arg(long, value_name = "TEXT")]
+        /// Our name in `zkfence status` (default: CMD's command line).
+        #[arg(long, value_name = "TEXT", help_heading = "Lock options")]
         id: Option<String>,
-        /// How long CMD's group may take to exit after SIGTERM before it gets SIGKILL. When the
-        /// lease is running out, cut to what the lease has left (see above).
-        #[arg(long, default_value = "5s", value_parser = duration::parse, value_name = "DUR")]
+        /// How long CMD's group may take to exit after SIGTERM before it gets SIGKILL; cut to
+        /// what the lease has left when it is running out (see above).
+        #[arg(long, default_value = "5s", value_parser = duration::parse, value_name = "DUR", help_heading = "Lock options")]
         grace: Duration,
         /// Serve zkfence's metrics as Prometheus text on ADDR (e.g. 127.0.0.1:9464) while
-        /// running: acquire and hold times, losses, timeouts, leases held (the zkfence crate
-        /// docs' Metrics table).
-        #[arg(long, value_name = "ADDR")]
+        /// running.
+        #[arg(long, value_name = "ADDR", help_heading = "Lock options")]
         metrics_addr: Option<SocketAddr>,
-        /// The command and its arguments (after `--`).
-        #[arg(required = true, last = true, value_name = "CMD")]
+        /// The command and its arguments: everything after LOCKPATH (or after `--`).
+        #[arg(required = true, trailing_var_arg = true, value_name = "CMD")]
         cmd: Vec<String>,
+        #[command(flatten)]
+        remote: Remote,
     },
 
     /// Run CMD only while leading the election ELECTIONPATH.
@@ -224,45 +266,64 @@ enum Command {
     /// leads at most once and exits with CMD's code (76 if leadership was lost). CMD sees
     /// ZKFENCE_TOKEN, ZKFENCE_LOCK_PATH, ZKFENCE_NODE and ZKFENCE_LEADER_ID.
     ///
-    /// Example: zkfence elect /election/scheduler --id "$(hostname)" -- ./scheduler
+    /// Example: zkfence elect /election/scheduler --id "$(hostname)" ./scheduler
+    ///
+    /// zkfence's options go before ELECTIONPATH; everything after CMD is CMD's own (a `--`
+    /// before CMD works too).
+    #[command(after_long_help = exit::HELP)]
     Elect {
         /// The election directory, e.g. /election/scheduler.
         electionpath: String,
-        /// This candidate's name, shown by `zkfence leader`.
-        #[arg(long, value_name = "NAME")]
-        id: String,
+        /// This candidate's name, shown by `zkfence leader` (default: HOST:CMD, this host's
+        /// name and CMD's program name).
+        #[arg(long, value_name = "NAME", help_heading = "Election options")]
+        id: Option<String>,
         /// Lead at most once, then exit.
-        #[arg(long)]
+        #[arg(long, help_heading = "Election options")]
         once: bool,
         /// How long CMD's group may take to exit after SIGTERM before it gets SIGKILL; cut to
         /// what the leadership has left when it is running out.
-        #[arg(long, default_value = "5s", value_parser = duration::parse, value_name = "DUR")]
+        #[arg(long, default_value = "5s", value_parser = duration::parse, value_name = "DUR", help_heading = "Election options")]
         grace: Duration,
         /// Serve zkfence's metrics as Prometheus text on ADDR (e.g. 127.0.0.1:9464) while
         /// running, among them `zkfence_leader{path}`: 1 while this candidate leads.
-        #[arg(long, value_name = "ADDR")]
+        #[arg(long, value_name = "ADDR", help_heading = "Election options")]
         metrics_addr: Option<SocketAddr>,
-        /// The command and its arguments (after `--`).
-        #[arg(required = true, last = true, value_name = "CMD")]
+        /// The command and its arguments: everything after ELECTIONPATH (or after `--`).
+        #[arg(required = true, trailing_var_arg = true, value_name = "CMD")]
         cmd: Vec<String>,
+        #[command(flatten)]
+        remote: Remote,
     },
 
-    /// Show who holds the lock LOCKPATH and who waits, in queue order.
+    /// Show who holds the lock LOCKPATH and who waits, in queue order: every holder of a
+    /// read/write lock (shared readers) or of a semaphore (`exec --limit`), with its kind.
+    ///
+    /// Says so when LOCKPATH does not exist, or holds lock directories rather than
+    /// contenders. --json prints the document described in the README ("JSON output").
+    #[command(after_long_help = exit::HELP)]
     Status {
         /// The lock directory.
         lockpath: String,
-        /// Print JSON: {"path", "holder": CONTENDER|null, "waiters": [CONTENDER...]}.
+        /// Print JSON: {"path", "exists", "kind", "limit", "holders": [CONTENDER...],
+        /// "waiters": [CONTENDER...]} (and "children" for a directory of lock directories).
         #[arg(long)]
         json: bool,
+        #[command(flatten)]
+        remote: Remote,
     },
 
     /// Show the leader of the election ELECTIONPATH and the candidates behind it.
+    #[command(after_long_help = exit::HELP)]
     Leader {
         /// The election directory.
         electionpath: String,
-        /// Print JSON: {"path", "holder": CONTENDER|null (the leader), "waiters": [...]}.
+        /// Print JSON: {"path", "exists", "leader": CONTENDER|null, "candidates":
+        /// [CONTENDER...]}.
         #[arg(long)]
         json: bool,
+        #[command(flatten)]
+        remote: Remote,
     },
 
     /// Remove the empty lock directories under PATH (dry run unless --apply).
@@ -275,12 +336,19 @@ enum Command {
     /// Example: zkfence gc /locks/seats            # lists what it would remove
     ///
     ///          zkfence gc /locks/seats --apply    # removes it
+    #[command(after_long_help = exit::HELP)]
     Gc {
         /// The tree to clean, e.g. /locks.
         path: String,
         /// Remove them (the default only lists them).
         #[arg(long)]
         apply: bool,
+        /// Print JSON: {"path", "exists", "applied", "empty": [PATH...], "removed":
+        /// [PATH...], "kept": [{"path", "reason"}...]}.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        remote: Remote,
     },
 
     /// Throwaway local ZooKeeper ensembles, for trying zkfence out.
@@ -377,38 +445,69 @@ impl std::fmt::Debug for Security {
 }
 
 impl Security {
-    fn from_cli(cli: &Cli) -> Result<Security, Failure> {
-        if cli.tls_cert.is_some() && cli.tls_ca.is_none() {
-            return Err(Failure::new(
-                exit::USAGE,
-                "--tls-cert needs --tls-ca: the CA that signed the servers' certificates",
-            ));
-        }
-        let sasl = match &cli.sasl_user {
+    fn from_args(args: &SecurityArgs) -> Result<Security, Failure> {
+        let needs = |given: bool, what: &str, other: bool, hint: &str| {
+            if given && !other {
+                Err(Failure::new(exit::USAGE, format!("{what} needs {hint}")))
+            } else {
+                Ok(())
+            }
+        };
+        needs(
+            args.tls_cert.is_some(),
+            "--tls-cert",
+            args.tls_ca.is_some(),
+            "--tls-ca: the CA that signed the servers' certificates",
+        )?;
+        needs(
+            args.tls_cert.is_some(),
+            "--tls-cert",
+            args.tls_key.is_some(),
+            "--tls-key: its private key",
+        )?;
+        needs(
+            args.tls_key.is_some(),
+            "--tls-key",
+            args.tls_cert.is_some(),
+            "--tls-cert: the certificate it belongs to",
+        )?;
+        needs(
+            args.sasl_password_file.is_some(),
+            "--sasl-password-file",
+            args.sasl_user.is_some(),
+            "--sasl-user",
+        )?;
+        needs(
+            args.auth_password_file.is_some(),
+            "--auth-password-file",
+            args.auth.is_some(),
+            "--auth digest:USER",
+        )?;
+        let sasl = match &args.sasl_user {
             None => None,
             Some(user) => Some((
                 user.clone(),
                 read_secret(
-                    cli.sasl_password_file.as_deref(),
+                    args.sasl_password_file.as_deref(),
                     "ZKFENCE_SASL_PASSWORD",
                     "SASL password",
                 )?,
             )),
         };
-        let digest = match &cli.auth {
+        let digest = match &args.auth {
             None => None,
             Some(user) => Some((
                 user.clone(),
                 read_secret(
-                    cli.auth_password_file.as_deref(),
+                    args.auth_password_file.as_deref(),
                     "ZKFENCE_AUTH_PASSWORD",
                     "--auth password",
                 )?,
             )),
         };
         Ok(Security {
-            tls_ca: cli.tls_ca.clone(),
-            tls_identity: cli.tls_cert.clone().zip(cli.tls_key.clone()),
+            tls_ca: args.tls_ca.clone(),
+            tls_identity: args.tls_cert.clone().zip(args.tls_key.clone()),
             sasl,
             digest,
         })
@@ -436,20 +535,45 @@ impl Security {
 pub(crate) struct Global {
     pub(crate) connect: String,
     pub(crate) session_timeout: Duration,
+    pub(crate) connect_timeout: Option<Duration>,
     pub(crate) security: Security,
 }
 
 impl Global {
+    /// The options of a subcommand (`remote`, then those before it, then the defaults),
+    /// checked as far as they can be without a server: the connect string, the secrets.
+    fn from_args(remote: Remote, outer: &Remote) -> Result<Global, Failure> {
+        let connection = remote.connection.or(&outer.connection);
+        let security = Security::from_args(&remote.security.or(&outer.security))?;
+        let connect = connection
+            .connect
+            .unwrap_or_else(|| "127.0.0.1:2181".to_string());
+        zkfence::validate_connect_string(&connect)?;
+        Ok(Global {
+            connect,
+            session_timeout: connection
+                .session_timeout
+                .unwrap_or(Duration::from_secs(10)),
+            connect_timeout: connection.connect_timeout,
+            security,
+        })
+    }
+
     /// Connects a session, or fails with exit code 3 (2 for a bad connect string).
     pub(crate) async fn connect(&self) -> Result<Session, Failure> {
-        Session::connect(
-            &self.connect,
-            self.security
-                .apply(SessionOptions::new().session_timeout(self.session_timeout)),
-        )
-        .await
-        .map_err(Failure::from)
+        let mut options = SessionOptions::new().session_timeout(self.session_timeout);
+        if let Some(t) = self.connect_timeout {
+            options = options.connect_timeout(t);
+        }
+        Session::connect(&self.connect, self.security.apply(options))
+            .await
+            .map_err(Failure::from)
     }
+}
+
+/// A lock or election path, checked before anything is sent (exit 2).
+fn check_path(path: &str) -> Result<(), Failure> {
+    zkfence::validate_path(path).map_err(Failure::from)
 }
 
 /// Closes `session` and waits, at most `within`, until the ensemble has closed it, which
@@ -509,17 +633,14 @@ fn main() -> ExitCode {
     }
     let cli = Cli::parse();
     init_logging(cli.verbose, cli.log_level.as_deref());
-    let security = match Security::from_cli(&cli) {
-        Ok(security) => security,
+    // Everything that needs no server is checked here, before the runtime and any connect:
+    // a typo fails at once, also when the ensemble is unreachable.
+    let job = match Job::of(cli) {
+        Ok(job) => job,
         Err(failure) => {
             eprintln!("zkfence: {}", failure.message);
             return ExitCode::from(failure.code);
         }
-    };
-    let global = Global {
-        connect: cli.connect,
-        session_timeout: cli.session_timeout,
-        security,
     };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -531,8 +652,36 @@ fn main() -> ExitCode {
             return ExitCode::from(exit::ERROR);
         }
     };
-    let outcome = runtime.block_on(async move {
-        match cli.command {
+    let outcome = runtime.block_on(job.run());
+    // Background deletes may still be queued on the runtime; every command has already
+    // awaited what it promised, so do not wait for stragglers.
+    runtime.shutdown_timeout(Duration::from_millis(100));
+    match outcome {
+        Ok(code) => ExitCode::from(code),
+        Err(failure) => {
+            eprintln!("zkfence: {}", failure.message);
+            ExitCode::from(failure.code)
+        }
+    }
+}
+
+/// A subcommand with its arguments checked: what is left needs the ensemble.
+enum Job {
+    Exec(Global, exec::Options, Option<SocketAddr>),
+    Elect(Global, elect::Options, Option<SocketAddr>),
+    Status(Global, String, bool, status::Kind),
+    Gc(Global, String, bool, bool),
+    EnsembleUp(usize, Duration, Duration),
+    Demo,
+}
+
+impl Job {
+    fn of(cli: Cli) -> Result<Job, Failure> {
+        let outer = Remote {
+            connection: cli.connection,
+            security: cli.security,
+        };
+        Ok(match cli.command {
             Command::Exec {
                 lockpath,
                 timeout,
@@ -543,13 +692,13 @@ fn main() -> ExitCode {
                 id,
                 grace,
                 metrics_addr,
+                remote,
                 cmd,
             } => {
-                if let Some(addr) = metrics_addr {
-                    metrics_endpoint::serve(addr)?;
-                }
-                exec::run(
-                    &global,
+                check_path(&lockpath)?;
+                let global = Global::from_args(remote, &outer)?;
+                Job::Exec(
+                    global,
                     exec::Options {
                         lockpath,
                         timeout: if no_wait {
@@ -564,8 +713,8 @@ fn main() -> ExitCode {
                         limit: limit.map(|n| n as usize),
                         cmd,
                     },
+                    metrics_addr,
                 )
-                .await
             }
             Command::Elect {
                 electionpath,
@@ -573,13 +722,14 @@ fn main() -> ExitCode {
                 once,
                 grace,
                 metrics_addr,
+                remote,
                 cmd,
             } => {
-                if let Some(addr) = metrics_addr {
-                    metrics_endpoint::serve(addr)?;
-                }
-                elect::run(
-                    &global,
+                check_path(&electionpath)?;
+                let global = Global::from_args(remote, &outer)?;
+                let id = id.unwrap_or_else(|| elect::default_id(&cmd));
+                Job::Elect(
+                    global,
                     elect::Options {
                         path: electionpath,
                         id,
@@ -587,32 +737,66 @@ fn main() -> ExitCode {
                         grace,
                         cmd,
                     },
+                    metrics_addr,
                 )
-                .await
             }
-            Command::Status { lockpath, json } => {
-                status::run(&global, &lockpath, json, status::Kind::Lock).await
+            Command::Status {
+                lockpath,
+                json,
+                remote,
+            } => {
+                check_path(&lockpath)?;
+                let global = Global::from_args(remote, &outer)?;
+                Job::Status(global, lockpath, json, status::Kind::Lock)
             }
-            Command::Leader { electionpath, json } => {
-                status::run(&global, &electionpath, json, status::Kind::Election).await
+            Command::Leader {
+                electionpath,
+                json,
+                remote,
+            } => {
+                check_path(&electionpath)?;
+                let global = Global::from_args(remote, &outer)?;
+                Job::Status(global, electionpath, json, status::Kind::Election)
             }
-            Command::Gc { path, apply } => gc::run(&global, &path, apply).await,
+            Command::Gc {
+                path,
+                apply,
+                json,
+                remote,
+            } => {
+                gc::check_root(&path)?;
+                let global = Global::from_args(remote, &outer)?;
+                Job::Gc(global, path, apply, json)
+            }
             Command::Ensemble(EnsembleCommand::Up {
                 nodes,
                 tick_time,
                 max_session_timeout,
-            }) => ensemble::up(nodes, tick_time, max_session_timeout).await,
-            Command::Demo => demo::run().await,
-        }
-    });
-    // Background deletes may still be queued on the runtime; every command has already
-    // awaited what it promised, so do not wait for stragglers.
-    runtime.shutdown_timeout(Duration::from_millis(100));
-    match outcome {
-        Ok(code) => ExitCode::from(code),
-        Err(failure) => {
-            eprintln!("zkfence: {}", failure.message);
-            ExitCode::from(failure.code)
+            }) => Job::EnsembleUp(nodes, tick_time, max_session_timeout),
+            Command::Demo => Job::Demo,
+        })
+    }
+
+    async fn run(self) -> Result<u8, Failure> {
+        match self {
+            Job::Exec(global, options, metrics_addr) => {
+                if let Some(addr) = metrics_addr {
+                    metrics_endpoint::serve(addr)?;
+                }
+                exec::run(&global, options).await
+            }
+            Job::Elect(global, options, metrics_addr) => {
+                if let Some(addr) = metrics_addr {
+                    metrics_endpoint::serve(addr)?;
+                }
+                elect::run(&global, options).await
+            }
+            Job::Status(global, path, json, kind) => status::run(&global, &path, json, kind).await,
+            Job::Gc(global, path, apply, json) => gc::run(&global, &path, apply, json).await,
+            Job::EnsembleUp(nodes, tick_time, max_session_timeout) => {
+                ensemble::up(nodes, tick_time, max_session_timeout).await
+            }
+            Job::Demo => demo::run().await,
         }
     }
 }

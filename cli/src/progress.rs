@@ -27,11 +27,24 @@ pub async fn show_while<T>(
     // A separate handle, polled from its own task, so a slow or unreachable ensemble can
     // never hold up the acquire itself.
     let lock = session.lock(path);
+    // A semaphore (`exec --limit`) queues in {path}/locks for the turn and holds in
+    // {path}/leases: its holders are the permits.
+    let turn = session.lock(&format!("{path}/locks"));
+    let permits = session.semaphore(path, usize::MAX);
     let me = session.id();
     let poller = tokio::spawn(async move {
         loop {
-            if let Ok(Ok(contenders)) = tokio::time::timeout(POLL, lock.contenders()).await {
-                let _ = tx.send(describe(&contenders, me));
+            let look = async {
+                let contenders = lock.contenders().await?;
+                if !contenders.is_empty() {
+                    return zkfence::Result::<String>::Ok(describe(&contenders, me));
+                }
+                let holders = permits.holders().await?;
+                let waiting = turn.contenders().await?;
+                Ok(describe_permits(&holders, &waiting, me))
+            };
+            if let Ok(Ok(text)) = tokio::time::timeout(POLL, look).await {
+                let _ = tx.send(text);
             }
             tokio::time::sleep(POLL).await;
         }
@@ -71,5 +84,26 @@ fn describe(contenders: &[Contender], me: i64) -> String {
             "{n} ahead of us; held by {} for {age:.0}s (token {})",
             holder.owner, holder.token
         ),
+    }
+}
+
+/// Our place at a semaphore: holding a permit, waiting for one (with the turn), or behind
+/// others for the turn.
+fn describe_permits(holders: &[Contender], waiting: &[Contender], me: i64) -> String {
+    if holders.is_empty() && waiting.is_empty() {
+        return String::from("joining the queue");
+    }
+    let limit = holders.iter().find_map(|h| h.owner.permits);
+    // The lease nodes past the limit wait (ours among them, while we have the turn).
+    let holders = &holders[..limit.unwrap_or(holders.len()).min(holders.len())];
+    let held = match limit {
+        Some(n) => format!("{} of {n} permits held", holders.len().min(n)),
+        None => format!("{} permits held", holders.len()),
+    };
+    let names: Vec<String> = holders.iter().map(|h| h.owner.to_string()).collect();
+    match waiting.iter().position(|c| c.session_id == me) {
+        Some(0) => format!("next for a permit; {held} ({})", names.join(", ")),
+        Some(n) => format!("{n} ahead of us; {held} ({})", names.join(", ")),
+        None => String::from("joining the queue"),
     }
 }

@@ -39,6 +39,13 @@ pub fn name(sig: i32) -> &'static str {
         libc::SIGHUP => "SIGHUP",
         libc::SIGKILL => "SIGKILL",
         libc::SIGQUIT => "SIGQUIT",
+        libc::SIGABRT => "SIGABRT",
+        libc::SIGSEGV => "SIGSEGV",
+        libc::SIGBUS => "SIGBUS",
+        libc::SIGPIPE => "SIGPIPE",
+        libc::SIGUSR1 => "SIGUSR1",
+        libc::SIGUSR2 => "SIGUSR2",
+        libc::SIGALRM => "SIGALRM",
         _ => "a signal",
     }
 }

@@ -3,7 +3,8 @@
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
-use zkfence::Contender;
+use zkfence::zookeeper_client as zk;
+use zkfence::{Contender, Session};
 
 use crate::exit::Failure;
 use crate::{close, Global};
@@ -15,92 +16,354 @@ pub enum Kind {
     Election,
 }
 
-/// The `--json` document. Its shape is stable: scripts parse it.
+/// The `status --json` document. Its shape is stable and documented in the README ("JSON
+/// output"): scripts parse it.
 #[derive(Debug, Serialize)]
-struct Report {
+struct LockReport {
     path: String,
-    holder: Option<Entry>,
+    /// False when no node is at `path` (a typo, or nobody ever queued there).
+    exists: bool,
+    /// "lock", "read-write", "semaphore", "directory" (it holds lock directories, not
+    /// contenders), or null (missing, or nobody queued).
+    kind: Option<&'static str>,
+    /// A semaphore's number of permits, as its holders recorded it; null otherwise.
+    limit: Option<usize>,
+    holders: Vec<Entry>,
     waiters: Vec<Entry>,
+    /// For a directory: the names of the nodes under it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    children: Option<Vec<String>>,
+}
+
+/// The `leader --json` document.
+#[derive(Debug, Serialize)]
+struct ElectionReport {
+    path: String,
+    exists: bool,
+    leader: Option<Entry>,
+    candidates: Vec<Entry>,
 }
 
 #[derive(Debug, Serialize)]
 struct Entry {
     /// Full path of the contender's node.
     node: String,
-    /// The fencing token: the node's creation zxid.
+    /// The fencing token: the node's creation zxid, a JSON number (below 2^63).
     token: u64,
     /// The node's sequence number, which orders the queue.
     sequence: i32,
     /// Hex (`0x…`), as ZooKeeper's own tools print it; a JSON number would lose precision.
     session_id: String,
-    /// The owner id (`--id`, the candidate id, or a foreign client's data), or null.
-    owner: Option<String>,
+    /// Who made the node, from its data; each field null when unknown (another client's).
+    owner: Owner,
+    /// "exclusive" (a lock, a writer, a candidate), "shared" (a reader) or "permit" (a
+    /// semaphore's lease).
+    mode: &'static str,
     /// Time since the node was created, by the server's clock against ours.
     age_ms: u64,
 }
 
+#[derive(Debug, Serialize)]
+struct Owner {
+    id: Option<String>,
+    host: Option<String>,
+    pid: Option<u32>,
+}
+
 impl Entry {
-    fn of(c: &Contender) -> Entry {
+    fn of(c: &Contender, mode: &'static str) -> Entry {
         Entry {
             node: c.node.clone(),
             token: c.token.get(),
             sequence: c.sequence,
             session_id: session_hex(c.session_id),
-            owner: c.owner.id.clone(),
+            owner: Owner {
+                id: c.owner.id.clone(),
+                host: c.owner.host.clone(),
+                pid: c.owner.pid,
+            },
+            mode,
             age_ms: age_ms(c.created_ms),
         }
     }
 }
 
+fn mode_of(c: &Contender) -> &'static str {
+    if c.is_shared() {
+        "shared"
+    } else {
+        "exclusive"
+    }
+}
+
+/// What is at a path, as `status` tells it.
+#[derive(Debug)]
+enum Found {
+    Missing,
+    /// Nothing queued, no children.
+    Empty,
+    /// Persistent children that are not contenders: lock directories.
+    Directory(Vec<String>),
+    /// A lock or read/write lock (or an election): holders, then waiters.
+    Queue {
+        read_write: bool,
+        holders: Vec<Contender>,
+        waiters: Vec<Contender>,
+    },
+    Semaphore {
+        limit: Option<usize>,
+        holders: Vec<Contender>,
+        waiters: Vec<Contender>,
+    },
+}
+
+async fn look(session: &Session, path: &str) -> Result<Found, Failure> {
+    // The library's read first: its errors say what an ACL or an outage means.
+    let contenders = session.lock(path).contenders().await?;
+    let names = match session.client().list_children(path).await {
+        Ok(names) => names,
+        Err(zk::Error::NoNode) => return Ok(Found::Missing),
+        Err(e) => {
+            return Err(Failure::new(
+                crate::exit::UNAVAILABLE,
+                format!("could not list {path}: {e}"),
+            ))
+        }
+    };
+    if contenders.is_empty() {
+        // Curator's InterProcessSemaphoreV2 layout, which `exec --limit` uses.
+        if names.iter().any(|n| n == "leases" || n == "locks") {
+            let leases = session.semaphore(path, usize::MAX).holders().await?;
+            let limit = leases.iter().find_map(|l| l.owner.permits);
+            let split = limit.unwrap_or(leases.len()).min(leases.len());
+            let mut holders = leases;
+            let mut waiters = holders.split_off(split);
+            // The acquirer with the turn waits in `locks` and may already have a lease
+            // node: list it once.
+            for c in session.lock(&format!("{path}/locks")).contenders().await? {
+                if !waiters.iter().any(|w| w.session_id == c.session_id)
+                    && !holders.iter().any(|h| h.session_id == c.session_id)
+                {
+                    waiters.push(c);
+                }
+            }
+            return Ok(Found::Semaphore {
+                limit,
+                holders,
+                waiters,
+            });
+        }
+        if names.is_empty() {
+            return Ok(Found::Empty);
+        }
+        let mut names = names;
+        names.sort();
+        return Ok(Found::Directory(names));
+    }
+    let read_write = contenders
+        .iter()
+        .any(|c| c.is_shared() || c.node.contains("__WRIT__"));
+    // Readers ahead of the first exclusive contender hold together; else only the head.
+    let held = match contenders.iter().position(|c| !c.is_shared()) {
+        Some(0) => 1,
+        Some(i) => i,
+        None => contenders.len(),
+    };
+    let mut holders = contenders;
+    let waiters = holders.split_off(held);
+    Ok(Found::Queue {
+        read_write,
+        holders,
+        waiters,
+    })
+}
+
 pub async fn run(global: &Global, path: &str, json: bool, kind: Kind) -> Result<u8, Failure> {
     let session = global.connect().await?;
-    // Both are the same queue; the election handle is only for the wording.
-    let contenders = session.lock(path).contenders().await?;
+    let found = look(&session, path).await;
     close(session, std::time::Duration::from_secs(1)).await;
+    let found = found?;
     if json {
-        let mut entries = contenders.iter().map(Entry::of);
-        let report = Report {
-            path: path.to_string(),
-            holder: entries.next(),
-            waiters: entries.collect(),
+        let text = match kind {
+            Kind::Lock => serde_json::to_string_pretty(&lock_report(path, &found)),
+            Kind::Election => serde_json::to_string_pretty(&election_report(path, &found)),
         };
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&report).expect("a report always serialises")
-        );
+        println!("{}", text.expect("a report always serialises"));
     } else {
-        print!("{}", table(path, &contenders, kind));
+        print!("{}", describe(path, &found, kind));
     }
     Ok(crate::exit::OK)
 }
 
-fn table(path: &str, contenders: &[Contender], kind: Kind) -> String {
-    let (holder_word, waiter_word, verb, none) = match kind {
-        Kind::Lock => ("holder", "waiting", "held by", "nobody holds it"),
-        Kind::Election => ("leader", "candidate", "led by", "nobody leads it"),
+fn lock_report(path: &str, found: &Found) -> LockReport {
+    let mut report = LockReport {
+        path: path.to_string(),
+        exists: !matches!(found, Found::Missing),
+        kind: None,
+        limit: None,
+        holders: vec![],
+        waiters: vec![],
+        children: None,
     };
-    let Some(first) = contenders.first() else {
-        return format!("{path}: {none}\n");
-    };
-    let waiting = contenders.len() - 1;
-    let mut out = format!(
-        "{path}: {verb} {} for {}, {waiting} {}\n",
-        first.owner,
-        seconds(age_ms(first.created_ms)),
-        match (kind, waiting) {
-            (Kind::Lock, _) => "waiting",
-            (Kind::Election, 1) => "candidate behind",
-            (Kind::Election, _) => "candidates behind",
+    match found {
+        Found::Missing | Found::Empty => {}
+        Found::Directory(names) => {
+            report.kind = Some("directory");
+            report.children = Some(names.clone());
         }
-    );
+        Found::Queue {
+            read_write,
+            holders,
+            waiters,
+        } => {
+            report.kind = Some(if *read_write { "read-write" } else { "lock" });
+            report.holders = holders.iter().map(|c| Entry::of(c, mode_of(c))).collect();
+            report.waiters = waiters.iter().map(|c| Entry::of(c, mode_of(c))).collect();
+        }
+        Found::Semaphore {
+            limit,
+            holders,
+            waiters,
+        } => {
+            report.kind = Some("semaphore");
+            report.limit = *limit;
+            report.holders = holders.iter().map(|c| Entry::of(c, "permit")).collect();
+            report.waiters = waiters.iter().map(|c| Entry::of(c, "permit")).collect();
+        }
+    }
+    report
+}
+
+fn election_report(path: &str, found: &Found) -> ElectionReport {
+    let mut report = ElectionReport {
+        path: path.to_string(),
+        exists: !matches!(found, Found::Missing),
+        leader: None,
+        candidates: vec![],
+    };
+    if let Found::Queue {
+        holders, waiters, ..
+    } = found
+    {
+        let mut all = holders
+            .iter()
+            .chain(waiters)
+            .map(|c| Entry::of(c, "exclusive"));
+        report.leader = all.next();
+        report.candidates = all.collect();
+    }
+    report
+}
+
+fn describe(path: &str, found: &Found, kind: Kind) -> String {
+    let none = match kind {
+        Kind::Lock => "nobody holds it",
+        Kind::Election => "nobody leads it",
+    };
+    match found {
+        Found::Missing => match kind {
+            Kind::Lock => format!("{path}: no such lock directory (nobody has queued there)\n"),
+            Kind::Election => {
+                format!("{path}: no such election directory (nobody has campaigned there)\n")
+            }
+        },
+        Found::Empty => format!("{path}: {none}\n"),
+        Found::Directory(names) => format!(
+            "{path}: no contenders; it holds the lock directories: {}\n",
+            names.join(", ")
+        ),
+        Found::Queue {
+            read_write: true,
+            holders,
+            waiters,
+        } if kind == Kind::Lock => {
+            let head = if holders.first().is_some_and(Contender::is_shared) {
+                format!(
+                    "{path}: read/write lock, held shared by {} ({}), {} waiting\n",
+                    holders.len(),
+                    names(holders),
+                    waiters.len()
+                )
+            } else {
+                format!(
+                    "{path}: read/write lock, held exclusively by {}, {} waiting\n",
+                    names(holders),
+                    waiters.len()
+                )
+            };
+            head + &table(holders, waiters, kind)
+        }
+        Found::Queue {
+            holders, waiters, ..
+        } => {
+            let all: Vec<&Contender> = holders.iter().chain(waiters).collect();
+            let first = all[0];
+            let behind = all.len() - 1;
+            format!(
+                "{path}: {} {} for {}, {behind} {}\n",
+                match kind {
+                    Kind::Lock => "held by",
+                    Kind::Election => "led by",
+                },
+                first.owner,
+                seconds(age_ms(first.created_ms)),
+                match (kind, behind) {
+                    (Kind::Lock, _) => "waiting",
+                    (Kind::Election, 1) => "candidate behind",
+                    (Kind::Election, _) => "candidates behind",
+                }
+            ) + &table(&all[..1], &all[1..], kind)
+        }
+        Found::Semaphore {
+            limit,
+            holders,
+            waiters,
+        } => {
+            let limit_text = match limit {
+                Some(n) => format!("limit {n}"),
+                None => "limit not recorded: its holders are not zkfence's".to_string(),
+            };
+            let of = limit.map(|n| format!(" of {n}")).unwrap_or_default();
+            let head = if holders.is_empty() {
+                format!(
+                    "{path}: semaphore ({limit_text}), {none}, {} waiting\n",
+                    waiters.len()
+                )
+            } else {
+                format!(
+                    "{path}: semaphore ({limit_text}), held by {}{of}: {}; {} waiting\n",
+                    holders.len(),
+                    names(holders),
+                    waiters.len()
+                )
+            };
+            head + &table(holders, waiters, kind)
+        }
+    }
+}
+
+fn names<C: std::borrow::Borrow<Contender>>(contenders: &[C]) -> String {
+    contenders
+        .iter()
+        .map(|c| c.borrow().owner.to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn table<C: std::borrow::Borrow<Contender>>(holders: &[C], waiters: &[C], kind: Kind) -> String {
+    let (holder_word, waiter_word) = match kind {
+        Kind::Lock => ("holder", "waiting"),
+        Kind::Election => ("leader", "candidate"),
+    };
     // SEQ orders the queue; TOKEN (the czxid) is what a fenced resource compares.
     let header = ["ROLE", "TOKEN", "SEQ", "OWNER", "SESSION", "AGE", "NODE"].map(String::from);
-    let rows: Vec<[String; 7]> = contenders
+    let rows: Vec<[String; 7]> = holders
         .iter()
-        .enumerate()
-        .map(|(i, c)| {
+        .map(|c| (holder_word, c.borrow()))
+        .chain(waiters.iter().map(|c| (waiter_word, c.borrow())))
+        .map(|(role, c)| {
             [
-                if i == 0 { holder_word } else { waiter_word }.to_string(),
+                role.to_string(),
                 c.token.to_string(),
                 c.sequence.to_string(),
                 c.owner.to_string(),
@@ -116,6 +379,7 @@ fn table(path: &str, contenders: &[Contender], kind: Kind) -> String {
             *w = (*w).max(cell.chars().count());
         }
     }
+    let mut out = String::new();
     for row in std::iter::once(&header).chain(&rows) {
         let cells: Vec<String> = row
             .iter()
@@ -169,11 +433,12 @@ mod tests {
 
     #[test]
     fn table_names_holder_and_waiters() {
-        let t = table(
-            "/l",
-            &[contender(3, "alpha"), contender(4, "beta")],
-            Kind::Lock,
-        );
+        let found = Found::Queue {
+            read_write: false,
+            holders: vec![contender(3, "alpha")],
+            waiters: vec![contender(4, "beta")],
+        };
+        let t = describe("/l", &found, Kind::Lock);
         let lines: Vec<&str> = t.lines().collect();
         assert!(lines[0].starts_with("/l: held by alpha (h, pid 7)"), "{t}");
         let header: Vec<&str> = lines[1].split_whitespace().collect();
@@ -188,6 +453,9 @@ mod tests {
             lines[3].starts_with("waiting") && lines[3].contains("beta"),
             "{t}"
         );
-        assert_eq!(table("/l", &[], Kind::Election), "/l: nobody leads it\n");
+        assert_eq!(
+            describe("/l", &Found::Empty, Kind::Election),
+            "/l: nobody leads it\n"
+        );
     }
 }

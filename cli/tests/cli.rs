@@ -496,8 +496,8 @@ async fn status_and_leader_report_known_queues_as_json() {
     assert_eq!(ran.code, Some(0), "{}", ran.stderr);
     let json: serde_json::Value = serde_json::from_str(&ran.stdout).expect("valid JSON");
     assert_eq!(json["path"], lock_path.as_str());
-    let holder = &json["holder"];
-    assert_eq!(holder["owner"], "alpha");
+    let holder = &json["holders"][0];
+    assert_eq!(holder["owner"]["id"], "alpha");
     assert_eq!(holder["token"], lease.token().get());
     assert_eq!(holder["sequence"], 0);
     assert_eq!(holder["node"], lease.path());
@@ -505,7 +505,7 @@ async fn status_and_leader_report_known_queues_as_json() {
     assert!(holder["age_ms"].as_u64().is_some());
     let waiters = json["waiters"].as_array().unwrap();
     assert_eq!(waiters.len(), 1);
-    assert_eq!(waiters[0]["owner"], "beta");
+    assert_eq!(waiters[0]["owner"]["id"], "beta");
     assert!(waiters[0]["token"].as_u64().unwrap() > lease.token().get());
     assert_eq!(waiters[0]["sequence"], 1);
     assert_eq!(waiters[0]["session_id"], format!("0x{:x}", b.id() as u64));
@@ -513,7 +513,15 @@ async fn status_and_leader_report_known_queues_as_json() {
     keys.sort();
     assert_eq!(
         keys,
-        ["age_ms", "node", "owner", "sequence", "session_id", "token"],
+        [
+            "age_ms",
+            "mode",
+            "node",
+            "owner",
+            "sequence",
+            "session_id",
+            "token"
+        ],
         "the contender shape is stable"
     );
 
@@ -549,9 +557,9 @@ async fn status_and_leader_report_known_queues_as_json() {
     .await;
     assert_eq!(ran.code, Some(0), "{}", ran.stderr);
     let json: serde_json::Value = serde_json::from_str(&ran.stdout).expect("valid JSON");
-    assert_eq!(json["holder"]["owner"], "c1");
-    assert_eq!(json["holder"]["token"], c1.token().get());
-    assert_eq!(json["waiters"][0]["owner"], "c2");
+    assert_eq!(json["leader"]["owner"]["id"], "c1");
+    assert_eq!(json["leader"]["token"], c1.token().get());
+    assert_eq!(json["candidates"][0]["owner"]["id"], "c2");
     let ran = run(
         zkfence(&zk.connect_string(), &["leader", &election_path]),
         Duration::from_secs(20),
@@ -576,7 +584,8 @@ async fn status_and_leader_report_known_queues_as_json() {
     .await;
     let json: serde_json::Value = serde_json::from_str(&ran.stdout).expect("valid JSON");
     assert!(
-        json["holder"].is_null() && json["waiters"].as_array().unwrap().is_empty(),
+        json["holders"].as_array().unwrap().is_empty()
+            && json["waiters"].as_array().unwrap().is_empty(),
         "{json}"
     );
 }

@@ -116,7 +116,7 @@ async fn exec_and_status_over_tls_and_sasl() {
     let ran = run(cmd).await;
     assert_eq!(ran.code, Some(0), "{}", ran.stderr);
     let json: serde_json::Value = serde_json::from_str(&ran.stdout).unwrap();
-    assert_eq!(json["holder"]["owner"], "alice-job", "{json}");
+    assert_eq!(json["holders"][0]["owner"]["id"], "alice-job", "{json}");
 
     // bob may neither read alice's queue nor queue on it: exit 4, naming the lock.
     let ran = run(secured(&zk, "bob", "bob-pw", &["status", &lock])).await;

@@ -75,6 +75,9 @@ pub(crate) struct Queue {
 pub(crate) enum Owner {
     /// [`OwnerInfo`] of this process, stamped at each enqueue.
     ThisProcess { id: Option<String> },
+    /// A semaphore's permit: [`OwnerInfo`] of this process with the semaphore's limit, which
+    /// every participant reads to refuse a different one.
+    Permit { id: Option<String>, permits: usize },
     /// Bytes given by the user (e.g. a Kazoo identifier).
     Raw(Vec<u8>),
 }
@@ -83,6 +86,11 @@ impl Owner {
     fn data(&self) -> Vec<u8> {
         match self {
             Owner::ThisProcess { id } => OwnerInfo::for_this_process(id.as_deref()).encode(),
+            Owner::Permit { id, permits } => OwnerInfo {
+                permits: Some(*permits),
+                ..OwnerInfo::for_this_process(id.as_deref())
+            }
+            .encode(),
             Owner::Raw(data) => data.clone(),
         }
     }
@@ -136,6 +144,39 @@ pub struct Contender {
     pub owner: OwnerInfo,
     /// When the node was created, in Unix milliseconds (server clock).
     pub created_ms: i64,
+}
+
+/// "ID (host, pid N), token T, session 0x…": how zkfence names a contender to an operator.
+impl std::fmt::Display for Contender {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} with token {}, session 0x{:x}",
+            self.owner, self.token, self.session_id as u64
+        )
+    }
+}
+
+impl Contender {
+    /// True for the read side of a read/write lock (ours, Curator's `__READ__` or Kazoo's
+    /// `__rlock__` node), which holds together with the other readers ahead of any writer;
+    /// false for every exclusive contender (a lock, a writer, a candidate, a permit).
+    ///
+    /// ```
+    /// # use zkfence::{Contender, FencingToken, OwnerInfo};
+    /// let reader = Contender {
+    ///     node: "/locks/catalog/_c_0f1e-__READ__0000000003".into(),
+    ///     token: FencingToken::new(7),
+    ///     sequence: 3,
+    ///     session_id: 1,
+    ///     owner: OwnerInfo::default(),
+    ///     created_ms: 0,
+    /// };
+    /// assert!(reader.is_shared());
+    /// ```
+    pub fn is_shared(&self) -> bool {
+        node::is_shared(self.node.rsplit('/').next().unwrap_or(&self.node))
+    }
 }
 
 /// Our node between create and grant. If dropped while armed (the acquire was cancelled),
@@ -398,12 +439,21 @@ impl Queue {
 
     /// `name (owner)` of a contender, for error messages; one read, only on the error path,
     /// and bounded so a silent ensemble does not delay the error.
-    async fn describe(&self, name: Option<&str>) -> Option<String> {
+    /// The holder named `name`, read (bounded) for [`Error::Timeout`]; `None` if it could
+    /// not be read (gone meanwhile, or no answer).
+    async fn describe(&self, name: Option<&str>) -> Option<Box<Contender>> {
         let name = name?;
         let path = format!("{}/{name}", self.dir);
         match tokio::time::timeout(CLEANUP_GRACE, self.shared().data(&path)).await {
-            Ok(Ok(Some((data, _)))) => Some(format!("{name} ({})", OwnerInfo::decode(&data))),
-            _ => Some(name.to_string()),
+            Ok(Ok(Some((data, stat)))) => Some(Box::new(Contender {
+                node: path,
+                token: FencingToken::from_zxid(stat.czxid),
+                sequence: node::sequence_of(name).unwrap_or_default(),
+                session_id: stat.ephemeral_owner,
+                owner: OwnerInfo::decode(&data),
+                created_ms: stat.ctime,
+            })),
+            _ => None,
         }
     }
 
@@ -897,7 +947,7 @@ impl Queue {
 
     /// How many are ahead of `node` and who holds (`name (owner)`), for a timeout error;
     /// bounded by the cleanup grace so a silent ensemble does not delay the error.
-    pub(crate) async fn progress_of(&self, node: &str) -> (usize, Option<String>) {
+    pub(crate) async fn progress_of(&self, node: &str) -> (usize, Option<Box<Contender>>) {
         let listed = tokio::time::timeout(CLEANUP_GRACE, self.shared().list(&self.dir)).await;
         let Ok(Ok(Some(children))) = listed else {
             return (0, None);

@@ -771,20 +771,7 @@ async fn open(
     counters: Arc<Counters>,
     fail_eagerly: bool,
 ) -> Result<(Arc<Shared>, tokio::task::JoinHandle<()>)> {
-    let hosts = connect.split('/').next().unwrap_or_default();
-    if hosts.is_empty() || hosts.split(',').any(|h| h.trim().is_empty()) {
-        return Err(Error::InvalidConnectString {
-            connect: connect.to_string(),
-            reason: "no host before the chroot, or an empty host between commas".into(),
-        });
-    }
-    let chroot = connect.find('/').map(|i| &connect[i..]);
-    if let Some(chroot) = chroot {
-        crate::node::validate_path(chroot).map_err(|e| Error::InvalidConnectString {
-            connect: connect.to_string(),
-            reason: format!("bad chroot: {e}"),
-        })?;
-    }
+    let (hosts, chroot) = crate::node::split_connect_string(connect)?;
     let connect_timeout = options.connect_timeout.unwrap_or(options.session_timeout);
     let mut connector = zk::Client::connector().with_session_timeout(options.session_timeout);
     if fail_eagerly {
@@ -794,29 +781,20 @@ async fn open(
         connector = connector.with_auth(scheme, secret);
     }
     let secured = security::configure(connector, options)?;
-    let unreachable = |reason: String| Error::ConnectFailed {
-        connect: connect.to_string(),
-        timeout: connect_timeout,
-        reason,
-    };
     let connect_sent = Instant::now();
-    // One deadline for every step of connect, the handshake and the chroot check after it.
+    // One deadline for every step of connect: the handshake (which gives up at it itself,
+    // naming each server's reason) and the chroot check after it.
     let deadline = connect_sent + connect_timeout;
-    let attempt = secured.connect(hosts, connect_timeout);
-    let client = match tokio::time::timeout_at(deadline, attempt).await {
-        Err(_) => return Err(unreachable("connect timed out".into())),
-        Ok(Err(security::Failed::Found(e))) => return Err(e),
-        Ok(Err(security::Failed::Client(e))) => match e {
-            zk::Error::AuthFailed => return Err(Error::AuthFailed),
-            zk::Error::BadArguments(reason) => {
-                return Err(Error::InvalidConnectString {
-                    connect: connect.to_string(),
-                    reason: reason.to_string(),
-                })
-            }
-            e => return Err(unreachable(e.to_string())),
-        },
-        Ok(Ok(client)) => client,
+    let client = match secured.connect(connect, hosts, connect_timeout).await {
+        Err(security::Failed::Found(e)) => return Err(e),
+        Err(security::Failed::Client(zk::Error::AuthFailed)) => return Err(Error::AuthFailed),
+        Err(security::Failed::Client(e)) => {
+            return Err(Error::InvalidConnectString {
+                connect: connect.to_string(),
+                reason: e.to_string(),
+            })
+        }
+        Ok(client) => client,
     };
     let client = match chroot {
         None => client,
@@ -825,9 +803,18 @@ async fn open(
             // does not exist for zkfence yet.
             match tokio::time::timeout_at(deadline, client.check_stat(chroot)).await {
                 Err(_) => {
-                    return Err(unreachable(format!(
-                        "the session was established, but the check that the chroot {chroot} exists got no answer in time"
-                    )))
+                    return Err(Error::ConnectFailed {
+                        connect: connect.to_string(),
+                        timeout: connect_timeout,
+                        servers: vec![crate::error::ServerFailure {
+                            server: hosts.to_string(),
+                            reason: crate::error::ConnectFailure::Other {
+                                reason: format!(
+                                    "the session was established, but the check that the chroot {chroot} exists got no answer in time"
+                                ),
+                            },
+                        }],
+                    })
                 }
                 Ok(Ok(Some(_))) => {}
                 Ok(Ok(None)) => {

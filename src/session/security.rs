@@ -16,7 +16,7 @@ use std::time::Duration;
 use zookeeper_client as zk;
 
 use super::SessionOptions;
-use crate::error::Error;
+use crate::error::{ConnectFailure, Error, ServerFailure};
 
 /// What the session authenticates and encrypts with, beyond `SessionOptions::auth`.
 #[derive(Clone, Default)]
@@ -213,37 +213,192 @@ pub(crate) fn configure(
 }
 
 impl Secured {
-    /// Connects to `hosts` (over TLS if it is configured). If that has not succeeded after a
-    /// quarter of `within`, diagnoses meanwhile; a cause found ends the connect at once.
-    pub(crate) async fn connect(self, hosts: &str, within: Duration) -> Result<zk::Client, Failed> {
+    /// Connects to `hosts` (over TLS if it is configured), giving up at `within` with
+    /// [`Error::ConnectFailed`] naming each server's reason. Meanwhile it looks at every
+    /// server (a name lookup and a TCP connect): if each one refuses or does not resolve,
+    /// it fails at once instead of waiting out `within`. With TLS, if that has not
+    /// succeeded after a quarter of `within`, it diagnoses the handshake too; a cause found
+    /// ends the connect at once.
+    pub(crate) async fn connect(
+        self,
+        connect: &str,
+        hosts: &str,
+        within: Duration,
+    ) -> Result<zk::Client, Failed> {
+        let deadline = tokio::time::Instant::now() + within;
         #[cfg(feature = "tls")]
-        {
-            let Secured { connector, probe } = self;
-            let attempt = async {
-                if probe.secure() {
-                    connector.secure_connect(hosts).await
-                } else {
-                    connector.connect(hosts).await
-                }
-            };
-            tokio::pin!(attempt);
-            tokio::select! {
-                done = &mut attempt => return done.map_err(Failed::Client),
-                _ = tokio::time::sleep(within / 4) => {}
-            }
-            tokio::select! {
-                done = &mut attempt => done.map_err(Failed::Client),
-                found = probe.diagnose(hosts, within / 4) => match found {
-                    Some(error) => Err(Failed::Found(error)),
-                    None => attempt.await.map_err(Failed::Client),
-                },
-            }
-        }
+        let Secured { connector, probe } = self;
         #[cfg(not(feature = "tls"))]
-        {
-            let _ = within;
-            self.connector.connect(hosts).await.map_err(Failed::Client)
+        let Secured { connector } = self;
+        let attempt = async {
+            #[cfg(feature = "tls")]
+            if probe.secure() {
+                return connector.secure_connect(hosts).await;
+            }
+            connector.connect(hosts).await
+        };
+        tokio::pin!(attempt);
+        let each = (within / 2).clamp(Duration::from_millis(100), Duration::from_secs(2));
+        let looked = reach::look_at_all(hosts, each);
+        tokio::pin!(looked);
+        #[cfg(feature = "tls")]
+        let tls_check = async {
+            tokio::time::sleep(within / 4).await;
+            probe.diagnose(hosts, within / 4).await
+        };
+        #[cfg(not(feature = "tls"))]
+        let tls_check = std::future::pending::<(Option<Error>, Vec<ServerFailure>)>();
+        tokio::pin!(tls_check);
+        let mut tls_pending = true;
+        let mut seen: Option<Vec<ServerFailure>> = None;
+        // Servers whose TLS handshake failed while another's looked fine.
+        let mut tls_failed: Vec<ServerFailure> = Vec::new();
+        let failed = |servers: Vec<ServerFailure>| {
+            tracing::warn!(connect, "no ZooKeeper server reached");
+            Failed::Found(Error::ConnectFailed {
+                connect: connect.to_string(),
+                timeout: within,
+                servers,
+            })
+        };
+        loop {
+            tokio::select! {
+                done = &mut attempt => {
+                    return match done {
+                        Ok(client) => Ok(client),
+                        Err(e @ (zk::Error::AuthFailed | zk::Error::BadArguments(_))) => {
+                            Err(Failed::Client(e))
+                        }
+                        Err(e) => {
+                            // The client gave up on its own (it fails eagerly on a reopen):
+                            // say why per server, as far as the look got by the deadline.
+                            let servers = match seen {
+                                Some(servers) => servers,
+                                None => tokio::time::timeout_at(deadline, &mut looked)
+                                    .await
+                                    .unwrap_or_default(),
+                            };
+                            Err(failed(reach::or_other(servers, hosts, &e)))
+                        }
+                    };
+                }
+                servers = &mut looked, if seen.is_none() => {
+                    if servers.iter().all(|s| s.reason != ConnectFailure::TimedOut) {
+                        return Err(failed(servers));
+                    }
+                    seen = Some(servers);
+                }
+                found = &mut tls_check, if tls_pending => match found {
+                    (Some(error), _) => return Err(Failed::Found(error)),
+                    (None, servers) => {
+                        tls_pending = false;
+                        tls_failed = servers;
+                    }
+                },
+                _ = tokio::time::sleep_until(deadline) => {
+                    let mut servers = reach::timed_out(seen, hosts);
+                    for s in &mut servers {
+                        if let Some(t) = tls_failed.iter().find(|t| t.server == s.server) {
+                            s.reason = t.reason.clone();
+                        }
+                    }
+                    return Err(failed(servers));
+                }
+            }
         }
+    }
+}
+
+mod reach {
+    //! One look at each server of a connect string: does its name resolve, does its port
+    //! take a TCP connection. What tells an operator why a connect does not get through.
+
+    use std::io::ErrorKind;
+    use std::net::{TcpStream, ToSocketAddrs};
+    use std::time::Duration;
+
+    use zookeeper_client as zk;
+
+    use crate::error::{ConnectFailure, ServerFailure};
+
+    /// The servers of `hosts`, scheme prefixes removed.
+    pub(super) fn servers(hosts: &str) -> Vec<String> {
+        hosts
+            .split(',')
+            .map(|h| {
+                let h = h.trim();
+                h.strip_prefix("tcp+tls://")
+                    .or_else(|| h.strip_prefix("tcp://"))
+                    .unwrap_or(h)
+                    .to_string()
+            })
+            .collect()
+    }
+
+    /// Each server's reason, if it is not reached: refused or unknown, or else `TimedOut`
+    /// (it took a TCP connection, or did not answer one within `each`: in both cases only
+    /// the ZooKeeper handshake can tell, and it did not come in time).
+    pub(super) async fn look_at_all(hosts: &str, each: Duration) -> Vec<ServerFailure> {
+        let looks = servers(hosts).into_iter().map(|server| async move {
+            let name = server.clone();
+            let reason = tokio::task::spawn_blocking(move || look(&name, each))
+                .await
+                .unwrap_or(ConnectFailure::TimedOut);
+            ServerFailure { server, reason }
+        });
+        futures::future::join_all(looks).await
+    }
+
+    fn look(server: &str, each: Duration) -> ConnectFailure {
+        let Ok(addrs) = server.to_socket_addrs() else {
+            return ConnectFailure::UnknownHost;
+        };
+        let mut refused = false;
+        for addr in addrs {
+            match TcpStream::connect_timeout(&addr, each) {
+                Ok(_) => return ConnectFailure::TimedOut,
+                Err(e) if e.kind() == ErrorKind::ConnectionRefused => refused = true,
+                Err(_) => {}
+            }
+        }
+        if refused {
+            ConnectFailure::Refused
+        } else {
+            ConnectFailure::TimedOut
+        }
+    }
+
+    /// Every server timed out, but those the look found refused or unknown.
+    pub(super) fn timed_out(seen: Option<Vec<ServerFailure>>, hosts: &str) -> Vec<ServerFailure> {
+        seen.unwrap_or_else(|| {
+            servers(hosts)
+                .into_iter()
+                .map(|server| ServerFailure {
+                    server,
+                    reason: ConnectFailure::TimedOut,
+                })
+                .collect()
+        })
+    }
+
+    /// The look's reasons, or the client's error for every server if the look has none.
+    pub(super) fn or_other(
+        seen: Vec<ServerFailure>,
+        hosts: &str,
+        e: &zk::Error,
+    ) -> Vec<ServerFailure> {
+        if !seen.is_empty() {
+            return seen;
+        }
+        servers(hosts)
+            .into_iter()
+            .map(|server| ServerFailure {
+                server,
+                reason: ConnectFailure::Other {
+                    reason: e.to_string(),
+                },
+            })
+            .collect()
     }
 }
 
@@ -263,7 +418,7 @@ mod probe {
     use zookeeper_client as zk;
 
     use super::TlsFiles;
-    use crate::error::Error;
+    use crate::error::{ConnectFailure, Error, ServerFailure};
 
     /// How to look at a server: with the session's own TLS settings, or (a plaintext session)
     /// only to see whether the port speaks TLS.
@@ -406,10 +561,18 @@ mod probe {
 
         /// Looks at every server of `hosts`, each for at most `each`. Returns an error only
         /// if no server looked fine and at least one showed a cause: a connect that could
-        /// still get through on another server is left to do so.
-        pub(super) async fn diagnose(&self, hosts: &str, each: Duration) -> Option<Error> {
+        /// still get through on another server is left to do so. Also returns each server
+        /// whose handshake showed a cause, for [`ConnectFailure::Tls`] should the connect
+        /// time out.
+        pub(super) async fn diagnose(
+            &self,
+            hosts: &str,
+            each: Duration,
+        ) -> (Option<Error>, Vec<ServerFailure>) {
             let each = each.clamp(Duration::from_millis(100), Duration::from_secs(2));
             let mut found = None;
+            let mut fine = false;
+            let mut servers = Vec::new();
             for host in hosts.split(',') {
                 let host = host.trim();
                 let host = host
@@ -419,19 +582,29 @@ mod probe {
                     .to_string();
                 let config = self.config.clone();
                 let tls = self.tls.clone();
+                let server = host.clone();
                 let verdict =
                     tokio::task::spawn_blocking(move || look(&host, config, tls.as_ref(), each))
                         .await
                         .unwrap_or(Verdict::Unreachable);
                 match verdict {
-                    Verdict::Fine => return None,
+                    Verdict::Fine => fine = true,
                     Verdict::Unreachable => {}
                     Verdict::Found(e) => {
+                        servers.push(ServerFailure {
+                            server,
+                            reason: ConnectFailure::Tls {
+                                reason: match &e {
+                                    Error::TlsHandshake { reason, .. } => reason.clone(),
+                                    other => other.to_string(),
+                                },
+                            },
+                        });
                         found.get_or_insert(e);
                     }
                 }
             }
-            found
+            (if fine { None } else { found }, servers)
         }
     }
 
