@@ -281,11 +281,14 @@ impl Lease {
         });
     }
 
-    /// Confirms with the leader that we still hold the lock (one round trip: `sync`, then
-    /// `exists` on our node) and returns the new [`valid_until`](Self::valid_until).
+    /// Confirms with the leader that we still hold the lock and returns the new
+    /// [`valid_until`](Self::valid_until). One round trip: a `multi` with one `check` of our
+    /// node, a transaction that changes nothing, which only a leader with its quorum can
+    /// answer (with [`SessionOptions::server_tick_time`](crate::SessionOptions::server_tick_time)
+    /// declared: a `sync`, then `exists` on our node).
     ///
     /// # Cancel safety
-    /// Cancel safe: it only reads and syncs.
+    /// Cancel safe: it changes nothing, whether or not it completes.
     ///
     /// # Notable errors
     /// - [`Error::LockLost`] if the lease is already lost or our node is gone.
