@@ -3,11 +3,11 @@
 //! Every answer feeds the lease clock here, classified once ([`Answer`]): reads and what a
 //! follower may answer alone are touches, committed writes (also refused ones the leader
 //! ordered) are proofs, and a `sync` is a proof only as far as the deposed-leader window
-//! allows. One rule decides when an outcome is unknown and the
-//! request must be asked again ([`outcome_unknown`], with its pause in
-//! [`pause_before_retry`]); one mapping turns a session that ended into the [`Error`] to
-//! return ([`ended_error`]); one primitive watches a node ([`NodeWatch`]) and one a
-//! directory's children ([`ChildrenWatch`]); multi-reads are split into bounded chunks.
+//! allows. One rule decides when an outcome is unknown and the request must be asked again
+//! ([`outcome_unknown`], with its pause in [`pause_before_retry`]); one mapping turns a
+//! session that ended into the [`Error`] to return ([`ended_error`]); one primitive watches
+//! a node ([`NodeWatch`]) and one a directory's children ([`ChildrenWatch`]); multi-reads are
+//! split into bounded chunks.
 
 use std::future::Future;
 use std::pin::Pin;
