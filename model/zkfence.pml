@@ -180,6 +180,9 @@ byte pin[2];            /* dropped by the deposed leader, it reaches no     */
 
 /* faults and ghosts */
 byte nf = NF;           /* faults left                                      */
+short faults = FAULTS;  /* fault kinds allowed (bits); ./check sets NF,     */
+                        /* FAULTS and K at run time (ZKF_NF, ZKF_FAULTS,    */
+                        /* ZKF_K) so that one build serves every sound run  */
 short used;             /* bit per fault kind already used                  */
 byte dd;                /* 0, or 1 + the client that died                   */
 bool adm[2];            /* an operator deleted c's node (no promise then)   */
@@ -224,7 +227,7 @@ byte m1, m2, m3, n, k, s, o, x, w1, w2, r, dz, q1, q2, qk;
 #define F_DELAY 128
 #define F_LCUT  256     /* the leader cut from its peers, not its clients  */
 #define F_HOLD  512     /* a client's requests held before the server      */
-#define FAULT(bit) (nf > 0 && (used & (bit)) == 0 && (FAULTS & (bit)) != 0)
+#define FAULT(bit) (nf > 0 && (used & (bit)) == 0 && (faults & (bit)) != 0)
 #define SPEND(bit) nf--; used = used | (bit)
 
 /* ------------------------------------------ what proves what (ops.rs, clock.rs) */
@@ -819,7 +822,12 @@ active proctype sys() {
     conn[0] = SF; conn[1] = SL;     /* sessions established at time 0 */
     vu[0] = VAL; vu[1] = VAL; tm[0] = 1; tm[1] = 1;
     kat[0] = KA; kat[1] = KA; gl[0] = K; gl[1] = K;
-    fst = UP; fping = PING
+    fst = UP; fping = PING;
+    c_code {
+      if (getenv("ZKF_NF")) now.nf = atoi(getenv("ZKF_NF"));
+      if (getenv("ZKF_FAULTS")) now.faults = atoi(getenv("ZKF_FAULTS"));
+      if (getenv("ZKF_K")) { now.gl[0] = atoi(getenv("ZKF_K")); now.gl[1] = now.gl[0]; }
+    }
   }
 end:
   do
