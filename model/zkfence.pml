@@ -9,40 +9,62 @@
  * state space is finite although time runs forever.
  *
  * Broken variants (each must yield a counterexample):
- *   -DREADS_RENEW             the old clock: every answer renews from its send
+ *   -DREADS_RENEW             the first clock: every answer renews from its send
  *                             time (reads too), margin T/10, reads suppress the
  *                             keepalive.
  *   -DFAST_GRANT_NO_OWN_CHECK the fast grant without the exists watch on our
  *                             own node.
  *   -DGRANT_NO_CLOCK_CHECK    a waiter is granted without asking its clock
  *                             (etcd issue 11456).
+ *   -DSYNC_PROVES_QUORUM      the clock of issue 10: an answered sync is a proof
+ *                             (t* + T - slack), the keepalive and the grant's
+ *                             confirm are syncs. A deposed leader answers syncs.
+ *   -DTOUCH_AT_SEND           a touch counts as reported by its send time, not by
+ *                             the arrival of its answer. A held request reaches
+ *                             the server after later ones were sent.
  */
 
 /* ---------------------------------------------------------------- bounds */
-#define T      8        /* negotiated session timeout, in ticks            */
-#define TICK   4        /* server tickTime: T = 2 tickTime (ZooKeeper's    */
+#define T      20       /* negotiated session timeout, in ticks            */
+#define TICK   10       /* server tickTime: T = 2 tickTime (ZooKeeper's    */
                         /* minimum), the worst case for the report lag     */
+                        /* and for the deposed leader's window             */
 #define PING   (TICK/2) /* a follower reports its touches every tickTime/2 */
-#define SLACK  1        /* lease_margin: covers a message delayed 1 tick   */
+#define SLACK  1        /* lease_margin: the code's default T/20           */
 #define RL     (T/4 + SLACK) /* report_lag                                 */
 #define VAL    (T - SLACK)   /* valid_until = t* + VAL                     */
-#define VALOLD (T - 1)       /* old rule: send + T - ceil(T/10)            */
-#define KA     2        /* keepalive interval: T/6 rounded up to a tick    */
+#define VALOLD (T - 2)       /* first rule: send + T - ceil(T/10)          */
+#define KA     3        /* keepalive interval: the code's T/6 (3.33 ticks) */
 #define FDROP  (2*TICK) /* syncLimit (2) x tickTime: a cut-off follower    */
-                        /* answers reads this long, then drops clients     */
+                        /* answers reads this long, then drops clients;    */
+                        /* the earliest a new leader can start after the   */
+                        /* old one's last packet                           */
+#define DWIN   TICK     /* a deposed leader serves up to tickTime after    */
+                        /* the new leader's start                          */
 #define PMAX   (T+1)    /* longest client pause                            */
 #define CLMAX  (T+1)    /* longest client<->server blackhole               */
+#define PINMAX (T+1)    /* a deposed leader's client that lists only that  */
+                        /* server reconnects when it serves again          */
+#define HMAX   (RL+2)   /* longest a request is held in the client before  */
+                        /* it reaches the server (< connection timeout)    */
 #ifndef NF
-#define NF     2        /* faults per run (each kind at most once)         */
+#define NF     1        /* faults per run (each kind at most once)         */
 #endif
-#define K      1        /* grants per client                               */
-#define AMAX   7        /* ages are capped here (>= VAL: renew nothing)    */
+#ifndef FAULTS
+#define FAULTS 1023     /* which fault kinds may happen (bits below)       */
+#endif
+#ifndef K
+#define K      2        /* grants per client                               */
+#endif
+#define AMAX   VAL      /* ages are capped here: an age >= VAL renews      */
+                        /* nothing (and neither does one >= VAL - vu)      */
 
 /* ---------------------------------------------------------------- names */
 #define NOC 0           /* client connection: none                         */
-#define SL  1           /* ... to the leader                               */
+#define SL  1           /* ... to the leader (the new one after a cut)     */
 #define SF  2           /* ... to the follower                             */
 #define SX  3           /* ... closed by the server, Expired pending       */
+#define SD  4           /* ... to the deposed leader (cut from its peers)  */
 
 #define UP   0          /* follower: following the leader                  */
 #define CUT  1          /* ... link to the leader lost, not yet noticed    */
@@ -54,38 +76,42 @@
 #define LISTING    2    /* position: getChildren in flight                 */
 #define WATCHING   3    /* exists(pred)+exists(own) with watches in flight */
 #define WAITING    4    /* watches set, waiting for an event               */
-#define CONFIRMING 5    /* sync + exists(own) in flight before a grant     */
+#define CONFIRMING 5    /* check-only multi on our node in flight          */
 #define CONFWAIT   6    /* confirm left the clock lapsed: again next tick  */
 #define RECOVER    7    /* after a reconnect: sync + list (find our node)  */
 #define HOLDING    8
 #define DELETING   9    /* release, or cleanup of a Lost lease             */
 #define LOSTDEL    10   /* Lost; delete our node when connected            */
 #define DEAD       11
+#define DONE       12   /* no grants left, no node: its session closed     */
 
 /* requests, client -> server (and forwarded follower -> leader) */
 #define Q_CONN    1     /* a = 1: new session                              */
-#define Q_SYNC    2     /* keepalive                                       */
+#define Q_SYNC    2     /* keepalive of -DSYNC_PROVES_QUORUM               */
 #define Q_CREATE  3
 #define Q_DELETE  4     /* a = czxid of the node                           */
 #define Q_LIST    5
 #define Q_WATCH   6     /* a = czxid of the predecessor                    */
-#define Q_CONFIRM 7
-#define Q_RECOVER 8
+#define Q_CONFIRM 7     /* check-only multi on our node (a write);         */
+                        /* sync + exists with -DSYNC_PROVES_QUORUM         */
+#define Q_RECOVER 8     /* sync + getChildren                              */
 #define Q_READ    9     /* a status read (contenders())                    */
+#define Q_KAW     10    /* keepalive: check-only multi (a write)           */
+#define Q_KAR     11    /* keepalive: a read (no queue node)               */
 /* answers and events, server -> client: {type, a, b} */
-#define R_CONN    11    /* a = ok                                          */
-#define R_SYNC    12    /* b = ghost: our node existed when answered       */
-#define R_CREATE  13    /* a = czxid                                       */
-#define R_DELETE  14
-#define R_LIST    15    /* a = our node's czxid (0: none), b = predecessor */
-#define R_WATCH   16    /* a = predecessor exists, b = our node exists     */
-#define R_CONFIRM 17    /* a = our node's czxid                            */
-#define R_RECOVER 18    /* as R_LIST                                       */
-#define R_READ    19
-#define E_PRED    20    /* NodeDeleted(pred): a = czxid, b = ghost: ours   */
+#define R_CONN    12    /* a = ok                                          */
+#define R_KA      13    /* a keepalive's answer: a = its kind (A_*)        */
+#define R_CREATE  14    /* a = czxid                                       */
+#define R_DELETE  15
+#define R_LIST    16    /* a = our node's czxid (0: none), b = predecessor */
+#define R_WATCH   17    /* a = predecessor exists, b = our node exists     */
+#define R_CONFIRM 18    /* a = our node's czxid                            */
+#define R_RECOVER 19    /* as R_LIST                                       */
+#define R_READ    20
+#define E_PRED    21    /* NodeDeleted(pred): a = czxid, b = ghost: ours   */
                         /* existed at that zxid                            */
-#define E_OWN     21    /* NodeDeleted(ours): a = czxid                    */
-#define R_EXPIRED 22
+#define E_OWN     22    /* NodeDeleted(ours): a = czxid                    */
+#define R_EXPIRED 23
 /* follower -> leader: forwarded Q_* {Q, c, a}, or a report {F_REPORT, 0, mask} */
 #define F_REPORT  30
 /* leader -> follower: commits, or answers {Q, c, a} to forwarded requests */
@@ -93,14 +119,19 @@
 #define L_DELETE  32
 #define L_EXPIRE  33    /* session c closed                                */
 
+/* what an answer is to the clock (ops.rs: Answer::{Read, Committed, Synced}) */
+#define A_READ   0
+#define A_COMMIT 1
+#define A_SYNC   2
+
 /* ---------------------------------------------------------------- state */
-chan creq[2]  = [5] of { byte, byte };
+chan creq[2]  = [6] of { byte, byte };
 chan cresp[2] = [8] of { byte, byte, byte };
 chan fl = [8] of { byte, byte, byte };
 chan lf = [8] of { byte, byte, byte };
 
 /* ensemble */
-byte z[4];              /* czxid of client c's node on server s: z[ZI(s,c)] */
+byte z[6];              /* czxid of client c's node on server s: z[ZI(s,c)] */
 byte zx;                /* last zxid (creates only: tokens)                 */
 bool salive[2];         /* session alive at the leader                      */
 byte lexp[2];           /* leader: ticks until it expires the session       */
@@ -110,6 +141,11 @@ byte fping;             /* ticks until the follower's next report           */
 byte ftouch;            /* sessions touched at the follower since a report  */
 byte wp[2];             /* server-side watch: czxid of the watched pred     */
 byte wo[2];             /* server-side watch: czxid of our own node         */
+byte dt;                /* leader cut from its peers: ticks until the       */
+                        /* deposed leader steps down at the latest (0: no   */
+                        /* deposed leader). The new leader starts when it   */
+                        /* reaches DWIN.                                    */
+byte dal;               /* sessions alive at the deposed leader (bits)      */
 
 /* clients */
 byte cs[2];             /* state                                            */
@@ -118,47 +154,67 @@ bool hs[2];             /* handshake in flight                              */
 bool ns[2];             /* next connect asks for a new session              */
 byte ca[2];             /* age of the connect request                       */
 byte oa[2];             /* age of the queue operation in flight             */
+byte opc[2];            /* ... the valid_until it proves (ticks from now)   */
 byte kq[2];             /* keepalives in flight                             */
 byte kign[2];           /* ... of which abandoned (answers ignored)         */
 byte ka[2];             /* age of the newest keepalive                      */
+byte kpc[2];            /* ... the valid_until it proves                    */
 byte kat[2];            /* ticks until the next keepalive                   */
 bool rq[2];             /* status read in flight                            */
 byte ra[2];             /* its age                                          */
 bool rl[2];             /* the holder runs a status loop (a read a tick)    */
 byte vu[2];             /* lease clock: ticks until valid_until (0: lapsed) */
-byte tm[2];             /* answered touches: bit k = one sent k ticks ago   */
+byte mv[2];             /* the valid_until a proof sent now would give:     */
+                        /* the latest touch answered >= RL ticks ago        */
+byte pd[2*RL];          /* touches answered j < RL ticks ago: pd[c*RL + j]  */
+                        /* = the valid_until each would give (0: none)      */
+int  tm[2];             /* -DTOUCH_AT_SEND: bit k = a touch sent k ago      */
 byte tok[2];            /* czxid of our node (the fencing token)            */
 byte pr[2];             /* czxid of the predecessor we watch                */
 byte gl[2];             /* grants left                                      */
 byte pa[2];             /* pause: ticks left                                */
 byte lc[2];             /* link blackhole: ticks left                       */
+byte hq[2];             /* requests held in the client: ticks left          */
+byte pin[2];            /* dropped by the deposed leader, it reaches no     */
+                        /* other server yet: ticks left at most             */
 
 /* faults and ghosts */
 byte nf = NF;           /* faults left                                      */
-byte used;              /* bit per fault kind already used                  */
+short faults = FAULTS;  /* fault kinds allowed (bits); ./check sets NF,     */
+                        /* FAULTS and K at run time (ZKF_NF, ZKF_FAULTS,    */
+                        /* ZKF_K) so that one build serves every sound run  */
+short used;             /* bit per fault kind already used                  */
 byte dd;                /* 0, or 1 + the client that died                   */
 bool adm[2];            /* an operator deleted c's node (no promise then)   */
 byte lasttok;           /* token of the last grant                          */
 
 /* scratch: always 0 between steps (plain, not hidden, so that BFS works) */
-byte m1, m2, m3, n, k, s, o, x, w1, w2, r, dz;
+byte m1, m2, m3, n, k, s, o, x, w1, w2, r, dz, q1, q2, qk;
 
-#define ZI(sv,c)   (((sv)-1)*2 + (c))
+#define ZI(sv,c)   ((sv) == SD -> 4 + (c) : ((sv)-1)*2 + (c))
 #define OTHER(c)   (1 - (c))
-#define LIVE(c)    (cs[c] != DEAD)
-#define CONNECTED(c) ((conn[c] == SL || conn[c] == SF) && !hs[c])
+#define LIVE(c)    (cs[c] < DEAD)
+#define ONLINE(c)  (conn[c] == SL || conn[c] == SF || conn[c] == SD)
+#define CONNECTED(c) (ONLINE(c) && !hs[c])
 #define BEL(c)     (cs[c] == HOLDING && !adm[c])
 #define CTD(c)     (cs[c] >= CREATING && cs[c] <= RECOVER)
 #define OPF(c)     ((cs[c] == CREATING || cs[c] == LISTING || cs[c] == WATCHING || \
                      cs[c] == CONFIRMING || cs[c] == RECOVER || cs[c] == DELETING) && CONNECTED(c))
+#define LEADER     (dt <= DWIN)   /* a leader with a quorum serves         */
+#define DEPOSED    (dt > 0)       /* the old leader still serves its clients */
 
 /* deliverable, non-empty channels: time may not pass while one exists
    (unless a tick of delay is spent): the fairness of the model */
-#define DQ(c) (len(creq[c]) > 0 && (conn[c] == SL || conn[c] == SF) && lc[c] == 0)
+#define DQ(c) (len(creq[c]) > 0 && ONLINE(c) && lc[c] == 0 && hq[c] == 0)
 #define DR(c) (len(cresp[c]) > 0 && LIVE(c) && pa[c] == 0 && lc[c] == 0)
 #define DFL   (len(fl) > 0 && fst == UP)
 #define DLF   (len(lf) > 0 && fst == UP)
 #define BUSY  (DQ(0) || DQ(1) || DR(0) || DR(1) || DFL || DLF)
+#ifdef ANYWHERE
+#define QUIET true
+#else
+#define QUIET (!BUSY)  /* choices and faults between deliveries only */
+#endif
 
 /* fault kinds, each at most once per run, NF in all */
 #define F_FCUT  1
@@ -169,15 +225,35 @@ byte m1, m2, m3, n, k, s, o, x, w1, w2, r, dz;
 #define F_ADMIN 32
 #define F_DEATH 64
 #define F_DELAY 128
-#define FAULT(bit) (nf > 0 && (used & (bit)) == 0)
+#define F_LCUT  256     /* the leader cut from its peers, not its clients  */
+#define F_HOLD  512     /* a client's requests held before the server      */
+#define FAULT(bit) (nf > 0 && (used & (bit)) == 0 && (faults & (bit)) != 0)
 #define SPEND(bit) nf--; used = used | (bit)
 
+/* ------------------------------------------ what proves what (ops.rs, clock.rs) */
+#ifdef SYNC_PROVES_QUORUM
+#define ISPROOF(kind) ((kind) != A_READ)
+#define PROOFQ(t)     ((t) == Q_CREATE || (t) == Q_DELETE || (t) == Q_CONFIRM || (t) == Q_RECOVER)
+#define KAQ(c)        Q_SYNC
+#define CONFIRM_KIND  A_SYNC
+#else
+#define ISPROOF(kind) ((kind) == A_COMMIT)
+#define PROOFQ(t)     ((t) == Q_CREATE || (t) == Q_DELETE || (t) == Q_CONFIRM)
+#define KAQ(c)        (tok[c] != 0 -> Q_KAW : Q_KAR)  /* a committed keepalive */
+                                                    /* while we have a node  */
+#define CONFIRM_KIND  A_COMMIT
+#endif
+
 /* ---------------------------------------------------------------- helpers */
-inline csend(c, t, a) { assert(nfull(creq[c])); creq[c]!t,a }
-inline rsend(c, t, a, b) { assert(nfull(cresp[c])); cresp[c]!t,a,b }
+/* During a blackhole (lc > 0) nothing reaches the other side, and the
+   connection is then torn down (which empties both channels), so a message
+   sent into it is dropped at once: the same behaviour, fewer states. */
+inline csend(c, t, a) { if :: lc[c] == 0 -> assert(nfull(creq[c])); creq[c]!t,a :: else -> skip fi }
+inline rsend(c, t, a, b) { if :: lc[c] == 0 -> assert(nfull(cresp[c])); cresp[c]!t,a,b :: else -> skip fi }
 inline flsend(t, c, a) { assert(nfull(fl)); fl!t,c,a }
 inline lfsend(t, c, a) { assert(nfull(lf)); lf!t,c,a }
 inline age(v) { if :: v < AMAX -> v++ :: else -> skip fi }
+inline down(v) { if :: v > 0 -> v-- :: else -> skip fi }
 
 /* Drop client c's forwarded requests and their answers (its connection closed). */
 inline purge(c) {
@@ -199,16 +275,41 @@ inline purge(c) {
 inline flush(ch) { do :: nempty(ch) -> ch?_,_,_ :: empty(ch) -> break od }
 inline flush2(ch) { do :: nempty(ch) -> ch?_,_ :: empty(ch) -> break od }
 
+/* Ghost bookkeeping, no behaviour: server sv dropped client c's request t (a
+   write or a new session at the deposed leader, anything at a cut-off
+   follower), so no answer will ever come. The age and the proof the client
+   keeps for it can then never be used: they are fixed, so that their
+   counting does not multiply the states. A keepalive is the live one if no
+   other keepalive is queued behind it. */
+inline lost(c, t) {
+  if
+  :: PROOFQ(t) || t == Q_LIST || t == Q_WATCH -> oa[c] = AMAX; opc[c] = 0
+  :: t == Q_CONN -> ca[c] = AMAX
+  :: t == Q_KAW || t == Q_KAR || t == Q_SYNC ->
+     n = len(creq[c]); x = 1;
+     do
+     :: n > 0 -> creq[c]?w1,w2;
+        if :: w1 == Q_KAW || w1 == Q_KAR || w1 == Q_SYNC -> x = 0 :: else -> skip fi;
+        creq[c]!w1,w2; n--
+     :: else -> break
+     od;
+     if :: x && kq[c] > kign[c] -> ka[c] = AMAX; kpc[c] = 0 :: else -> skip fi;
+     x = 0; w1 = 0; w2 = 0
+  :: else -> skip
+  fi
+}
+
 /* The connection of client c ends (the client sees it at once). */
 inline disconnect(c) {
   flush2(creq[c]); flush(cresp[c]); purge(c);
-  conn[c] = NOC; hs[c] = 0; wp[c] = 0; wo[c] = 0; kq[c] = 0; kign[c] = 0; rq[c] = 0
+  conn[c] = NOC; hs[c] = 0; wp[c] = 0; wo[c] = 0; kq[c] = 0; kign[c] = 0; rq[c] = 0;
+  hq[c] = 0; kpc[c] = 0
 }
 
 /* The server closes an expired session's connection. */
 inline close_expired(c) {
   flush2(creq[c]); flush(cresp[c]); purge(c);
-  wp[c] = 0; wo[c] = 0; conn[c] = SX;
+  wp[c] = 0; wo[c] = 0; conn[c] = SX; hq[c] = 0;
   rsend(c, R_EXPIRED, 0, 0)
 }
 
@@ -252,12 +353,13 @@ inline listing(sv, c) {
 }
 
 /* A read answered by server sv (the leader for its own clients, the
-   follower from its own tree, even when cut off). */
+   follower from its own tree, even when cut off, the deposed leader from
+   its own tree). */
 inline read(sv, c, t, a) {
   if
   :: t == Q_LIST || t == Q_RECOVER ->
      listing(sv, c); rsend(c, (t == Q_LIST -> R_LIST : R_RECOVER), x, k); x = 0; k = 0
-  :: t == Q_CONFIRM -> rsend(c, R_CONFIRM, z[ZI(sv,c)], 0)
+  :: t == Q_CONFIRM -> rsend(c, R_CONFIRM, z[ZI(sv,c)], 0)   /* sync + exists */
   :: t == Q_WATCH ->
      o = OTHER(c);
      if :: a != 0 && z[ZI(sv,o)] == a -> wp[c] = a; w1 = 1 :: else -> w1 = 0 fi;
@@ -268,6 +370,7 @@ inline read(sv, c, t, a) {
 #endif
      rsend(c, R_WATCH, w1, w2); w1 = 0; w2 = 0
   :: t == Q_READ -> rsend(c, R_READ, 0, 0)
+  :: t == Q_KAR -> rsend(c, R_KA, A_READ, 0)
   fi;
   o = 0
 }
@@ -286,36 +389,86 @@ inline l_handle(c, t, a, fw) {
   :: t != Q_CONN && salive[c] ->
      if :: !fw -> lexp[c] = T :: else -> skip fi;  /* forwarded: no touch */
      if
-     :: t == Q_SYNC -> if :: fw -> lfsend(Q_SYNC, c, 0) :: else -> rsend(c, R_SYNC, 0, OWNOK(SL,c)) fi
+     :: t == Q_SYNC -> if :: fw -> lfsend(Q_SYNC, c, 0) :: else -> rsend(c, R_KA, A_SYNC, 0) fi
+     :: t == Q_KAW ->               /* committed, also as an error (NoNode) */
+        if :: fw -> lfsend(Q_KAW, c, 0) :: else -> rsend(c, R_KA, A_COMMIT, 0) fi
      :: t == Q_CREATE ->
         l_create(c);
         if :: fw -> lfsend(Q_CREATE, c, z[ZI(SL,c)]) :: else -> rsend(c, R_CREATE, z[ZI(SL,c)], 0) fi
-     :: t == Q_DELETE ->
+     :: t == Q_DELETE ->            /* committed, also as an error (NoNode) */
         if :: a != 0 && z[ZI(SL,c)] == a -> l_delete(c, a) :: else -> skip fi;
         if :: fw -> lfsend(Q_DELETE, c, 0) :: else -> rsend(c, R_DELETE, 0, 0) fi
-     :: t == Q_CONFIRM || t == Q_RECOVER ->
+     :: t == Q_CONFIRM ->
+#ifdef SYNC_PROVES_QUORUM
+        /* sync, then exists: answered by whoever the client is connected to */
+        if :: fw -> lfsend(t, c, 0) :: else -> read(SL, c, t, a) fi
+#else
+        /* a check-only multi on our node: the leader orders it; NoNode (our
+           node is gone) is an error transaction, committed too */
+        if :: fw -> lfsend(t, c, z[ZI(SL,c)]) :: else -> rsend(c, R_CONFIRM, z[ZI(SL,c)], 0) fi
+#endif
+     :: t == Q_RECOVER ->
         /* sync, then the read: answered by whoever the client is connected to */
         if :: fw -> lfsend(t, c, 0) :: else -> read(SL, c, t, a) fi
-     :: t == Q_LIST || t == Q_WATCH || t == Q_READ -> assert(!fw); read(SL, c, t, a)
+     :: t == Q_LIST || t == Q_WATCH || t == Q_READ || t == Q_KAR -> assert(!fw); read(SL, c, t, a)
      fi
   fi
 }
 
-/* ------------------------------------------------- the lease clock (clock.rs) */
-/* A touch sent k ticks ago can only ever renew to VAL - k, and that bound
-   falls with time exactly as vu does: once VAL - k <= vu, bit k is useless
-   and is dropped (this keeps the state space small, it changes nothing). */
-#define TRIM(c) tm[c] = tm[c] & ((1 << (VAL - vu[c])) - 1)
-#ifdef READS_RENEW
-inline touch(c, ag) { skip }    /* the old clock keeps no touches */
-#else
-inline touch(c, ag) { if :: ag < AMAX -> tm[c] = tm[c] | (1 << ag); TRIM(c) :: else -> skip fi }
+/* The deposed leader (cut from its peers, not yet aware) handles a request of
+   client c. It still believes it leads: it answers syncs at once (no quorum
+   round) and reads from its own tree, revalidates sessions it knows, and
+   never commits anything, so writes and new sessions are never answered. */
+inline d_handle(c) {
+  creq[c]?m1,m2;
+  if
+  :: m1 == Q_CONN && !m2 -> rsend(c, R_CONN, (dal >> c) & 1, 0)
+  :: m1 == Q_SYNC -> rsend(c, R_KA, A_SYNC, 0)
+  :: m1 == Q_LIST || m1 == Q_WATCH || m1 == Q_READ || m1 == Q_KAR || m1 == Q_RECOVER ->
+     read(SD, c, m1, m2)
+#ifdef SYNC_PROVES_QUORUM
+  :: m1 == Q_CONFIRM -> read(SD, c, m1, m2)   /* sync + exists */
 #endif
-inline renew(c, v) { if :: v > vu[c] -> vu[c] = v; TRIM(c) :: else -> skip fi }
+  :: else -> lost(c, m1)         /* a write, or a new session: no quorum */
+  fi;
+  m1 = 0; m2 = 0
+}
 
-/* An answered sync or write sent ag ticks ago: t* = the latest answered
-   touch sent at least RL ticks before it; valid_until = t* + T - slack. */
-inline proof(c, ag) {
+/* ------------------------------------------------- the lease clock (clock.rs) */
+/* Values vu, mv, pd, kpc and opc are "ticks from now", so they all count down
+   together. One that is <= vu can never move the clock again (vu only grows
+   apart from counting down), and neither can an age >= VAL - vu: both are
+   dropped, which keeps the state space small and changes nothing. */
+inline prune(c) {
+  q1 = VAL - vu[c];
+  if :: oa[c] >= q1 -> oa[c] = AMAX :: else -> skip fi;
+  if :: ka[c] >= q1 && kq[c] > 0 -> ka[c] = AMAX :: else -> skip fi;
+  if :: ca[c] >= q1 && hs[c] -> ca[c] = AMAX :: else -> skip fi;
+  if :: ra[c] >= q1 && rq[c] -> ra[c] = AMAX :: else -> skip fi;
+#ifdef TOUCH_AT_SEND
+  tm[c] = tm[c] & ((1 << q1) - 1);
+#endif
+  if :: mv[c] <= vu[c] -> mv[c] = 0 :: else -> skip fi;
+  if :: kpc[c] <= vu[c] -> kpc[c] = 0 :: else -> skip fi;
+  if :: opc[c] <= vu[c] -> opc[c] = 0 :: else -> skip fi;
+  /* a pending touch answered later than another that gives at least as much
+     is of no use: keep a chain rising from the oldest answer to the newest */
+  q2 = (mv[c] > vu[c] -> mv[c] : vu[c]); qk = RL;
+  do
+  :: qk > 0 -> qk--;
+     if :: pd[c*RL + qk] <= q2 -> pd[c*RL + qk] = 0 :: else -> q2 = pd[c*RL + qk] fi
+  :: else -> break
+  od;
+  q1 = 0; q2 = 0; qk = 0
+}
+
+inline renew(c, v) { if :: v > vu[c] -> vu[c] = v :: else -> skip fi }
+
+#ifdef TOUCH_AT_SEND
+/* The rule of issue 10: a touch is its send time; a proof sent ag ticks ago
+   vouches for the latest answered touch sent at least RL ticks before it. */
+inline touch(c, ag) { if :: ag < AMAX -> tm[c] = tm[c] | (1 << ag) :: else -> skip fi }
+inline proof(c, ag, pc) {
   k = ag + RL;
   do
   :: k < AMAX && ((tm[c] >> k) & 1) -> renew(c, VAL - k); break
@@ -324,26 +477,41 @@ inline proof(c, ag) {
   od;
   k = 0
 }
-
-/* ops.rs: every answer is a touch; syncs and writes are proofs; reads never. */
-inline answered_read(c, ag) {
-  touch(c, ag);
-#ifdef READS_RENEW
-  if :: ag < VALOLD -> renew(c, VALOLD - ag) :: else -> skip fi; kat[c] = KA
-#endif
-}
-inline answered_proof(c, ag) {
-  touch(c, ag);
-#ifdef READS_RENEW
-  if :: ag < VALOLD -> renew(c, VALOLD - ag) :: else -> skip fi; kat[c] = KA
 #else
-  proof(c, ag)
+/* The rule: a touch counts from its answer's arrival. A touch whose answer
+   arrived now goes to pd[c*RL]; RL ticks later it is in mv. A proof sent
+   now vouches for t* = the send time of the latest touch whose answer arrived
+   at least RL ticks ago, i.e. for mv at its send (carried as kpc / opc). */
+inline touch(c, ag) {
+  if :: ag < VAL && VAL - ag > pd[c*RL] -> pd[c*RL] = VAL - ag :: else -> skip fi
+}
+inline proof(c, ag, pc) { renew(c, pc) }
 #endif
-}
-inline answered_connect(c, ag) {
+
+/* ops.rs: every answer is a touch; what it proves depends on its kind. */
+inline answered(c, kind, ag, pc) {
+#ifdef READS_RENEW
+  if :: ag < VALOLD -> renew(c, VALOLD - ag) :: else -> skip fi; kat[c] = KA;
+#else
   touch(c, ag);
-  if :: ag < VAL -> renew(c, VAL - ag) :: else -> skip fi
+  if :: ISPROOF(kind) -> proof(c, ag, pc) :: else -> skip fi;
+#endif
+  prune(c)
 }
+
+/* The session's creation: the connect's send time is a proven touch. */
+inline answered_connect(c, ag) {
+  if :: ag < VAL -> renew(c, VAL - ag) :: else -> skip fi;
+  prune(c)
+}
+
+/* Send a request of the queue (or the lease); a proof carries what it vouches for. */
+inline opsend(c, t, a, st) {
+  csend(c, t, a); oa[c] = 0; cs[c] = st;
+  if :: PROOFQ(t) -> opc[c] = mv[c] :: else -> opc[c] = 0 fi
+}
+
+inline ka_send(c) { csend(c, KAQ(c), 0); ka[c] = 0; kpc[c] = mv[c]; kat[c] = KA }
 
 /* -------------------------------------------- grants (queue/mod.rs, admission.rs) */
 inline grant(c, ok) {
@@ -361,24 +529,26 @@ inline try_grant(c, ok) {
 #else
   if
   :: vu[c] > 0 -> grant(c, ok)
-  :: else -> csend(c, Q_CONFIRM, 0); oa[c] = 0; cs[c] = CONFIRMING
+  :: else -> opsend(c, Q_CONFIRM, 0, CONFIRMING)
   fi
 #endif
 }
 
-inline enqueue(c) { csend(c, Q_CREATE, 0); oa[c] = 0; cs[c] = CREATING }
+inline enqueue(c) { opsend(c, Q_CREATE, 0, CREATING) }
 
 /* A listing answer (plain, or after a reconnect) at client c. */
 inline position(c, own, pred) {
   if
   :: own == 0 -> enqueue(c)              /* our node is gone: enqueue again */
   :: own != 0 && pred == 0 -> try_grant(c, 1)
-  :: own != 0 && pred != 0 -> pr[c] = pred; csend(c, Q_WATCH, pred); oa[c] = 0; cs[c] = WATCHING
+  :: own != 0 && pred != 0 -> pr[c] = pred; opsend(c, Q_WATCH, pred, WATCHING)
   fi
 }
 
 inline session_lost(c) {
-  vu[c] = 0; tm[c] = 0; ns[c] = 1; hs[c] = 0; kq[c] = 0; kign[c] = 0; rq[c] = 0;
+  vu[c] = 0; tm[c] = 0; mv[c] = 0; kpc[c] = 0; opc[c] = 0;
+  qk = 0; do :: qk < RL -> pd[c*RL + qk] = 0; qk++ :: else -> break od; qk = 0;
+  ns[c] = 1; hs[c] = 0; kq[c] = 0; kign[c] = 0; rq[c] = 0;
   if
   :: cs[c] == HOLDING || cs[c] == LOSTDEL || cs[c] == DELETING -> cs[c] = IDLE; tok[c] = 0
   :: else -> skip                        /* contending: recover after connect */
@@ -390,47 +560,52 @@ inline client_recv(c) {
   cresp[c]?m1,m2,m3;
   if
   :: m1 == R_CONN && m2 ->
-     hs[c] = 0; ns[c] = 0; answered_connect(c, ca[c]); kat[c] = KA;
+     /* only the session's creation vouches (LeaseClock::new); a reconnect
+        sends a keepalive at once */
+     hs[c] = 0; if :: ns[c] -> answered_connect(c, ca[c]) :: else -> skip fi; ns[c] = 0;
+     ka_send(c); kq[c] = 1;
      if
-     :: CTD(c) -> csend(c, Q_RECOVER, 0); oa[c] = 0; cs[c] = RECOVER
-     :: cs[c] == DELETING || cs[c] == LOSTDEL -> csend(c, Q_DELETE, tok[c]); oa[c] = 0; cs[c] = DELETING
+     :: CTD(c) -> opsend(c, Q_RECOVER, 0, RECOVER)
+     :: cs[c] == DELETING || cs[c] == LOSTDEL -> opsend(c, Q_DELETE, tok[c], DELETING)
      :: else -> skip
      fi
   :: m1 == R_CONN && !m2 -> session_lost(c); disconnect(c)
   :: m1 == R_EXPIRED -> session_lost(c); conn[c] = NOC
-  :: m1 == R_SYNC ->
+  :: m1 == R_KA ->
      if
      :: kign[c] > 0 -> kign[c]--; kq[c]--   /* abandoned keepalive */
-     :: kign[c] == 0 && kq[c] > 0 -> kq[c]--; answered_proof(c, ka[c])
+     :: kign[c] == 0 && kq[c] > 0 -> kq[c]--; answered(c, m2, ka[c], kpc[c]); kpc[c] = 0
      :: else -> assert(false)
      fi
-  :: m1 == R_READ -> rq[c] = 0; answered_read(c, ra[c])
+  :: m1 == R_READ -> rq[c] = 0; answered(c, A_READ, ra[c], 0)
   :: m1 == R_CREATE ->
-     assert(cs[c] == CREATING); answered_proof(c, oa[c]);
-     tok[c] = m2; csend(c, Q_LIST, 0); oa[c] = 0; cs[c] = LISTING
+     assert(cs[c] == CREATING); answered(c, A_COMMIT, oa[c], opc[c]);
+     tok[c] = m2; opsend(c, Q_LIST, 0, LISTING)
   :: m1 == R_LIST ->
-     assert(cs[c] == LISTING); answered_read(c, oa[c]);
+     assert(cs[c] == LISTING); answered(c, A_READ, oa[c], 0);
      assert(m2 == 0 || m2 == tok[c]);
      position(c, m2, m3)
   :: m1 == R_RECOVER ->
-     assert(cs[c] == RECOVER); answered_proof(c, oa[c]);
+     assert(cs[c] == RECOVER); answered(c, A_SYNC, oa[c], opc[c]);
      tok[c] = m2;                        /* protected create: adopt our node */
      position(c, m2, m3)
   :: m1 == R_WATCH ->
-     assert(cs[c] == WATCHING); answered_read(c, oa[c]);
+     assert(cs[c] == WATCHING); answered(c, A_READ, oa[c], 0);
      if
      :: !m3 -> enqueue(c)
-     :: m3 && !m2 -> csend(c, Q_LIST, 0); oa[c] = 0; cs[c] = LISTING
-     :: m3 && m2 -> cs[c] = WAITING
+     :: m3 && !m2 -> opsend(c, Q_LIST, 0, LISTING)
+     :: m3 && m2 -> cs[c] = WAITING; opc[c] = 0
      fi
   :: m1 == R_CONFIRM ->
-     assert(cs[c] == CONFIRMING); answered_proof(c, oa[c]);
+     assert(cs[c] == CONFIRMING); answered(c, CONFIRM_KIND, oa[c], opc[c]);
      if
      :: m2 == 0 || m2 != tok[c] -> enqueue(c)
-     :: m2 != 0 && m2 == tok[c] && vu[c] > 0 -> grant(c, 1)
-     :: m2 != 0 && m2 == tok[c] && vu[c] == 0 -> cs[c] = CONFWAIT
+     :: m2 != 0 && m2 == tok[c] && vu[c] > 0 -> grant(c, 1); opc[c] = 0
+     :: m2 != 0 && m2 == tok[c] && vu[c] == 0 -> cs[c] = CONFWAIT; opc[c] = 0
      fi
-  :: m1 == R_DELETE -> assert(cs[c] == DELETING); answered_proof(c, oa[c]); cs[c] = IDLE; tok[c] = 0
+  :: m1 == R_DELETE ->
+     assert(cs[c] == DELETING); answered(c, A_COMMIT, oa[c], opc[c]);
+     cs[c] = IDLE; tok[c] = 0; opc[c] = 0
   :: m1 == E_PRED ->
      /* the predecessor we watched was the head of our last listing (with two
         contenders it always is): we hold without listing again, unless the
@@ -455,8 +630,8 @@ inline f_handle(c) {
   creq[c]?m1,m2;
   ftouch = ftouch | (1 << c);
   if
-  :: m1 == Q_LIST || m1 == Q_WATCH || m1 == Q_READ -> read(SF, c, m1, m2)
-  :: else -> if :: fst == UP -> flsend(m1, c, m2) :: else -> skip fi  /* cut: lost */
+  :: m1 == Q_LIST || m1 == Q_WATCH || m1 == Q_READ || m1 == Q_KAR -> read(SF, c, m1, m2)
+  :: else -> if :: fst == UP -> flsend(m1, c, m2) :: else -> lost(c, m1) fi  /* cut: lost */
   fi;
   m1 = 0; m2 = 0
 }
@@ -472,10 +647,16 @@ inline f_from_leader() {
   :: m1 < L_CREATE && conn[s] == SF ->
      if
      :: m1 == Q_CONN -> rsend(s, R_CONN, dz, 0)
-     :: m1 == Q_SYNC -> rsend(s, R_SYNC, 0, OWNOK(SF,s))
+     :: m1 == Q_SYNC -> rsend(s, R_KA, A_SYNC, 0)
+     :: m1 == Q_KAW -> rsend(s, R_KA, A_COMMIT, 0)
      :: m1 == Q_CREATE -> rsend(s, R_CREATE, dz, 0)
      :: m1 == Q_DELETE -> rsend(s, R_DELETE, 0, 0)
-     :: m1 == Q_CONFIRM || m1 == Q_RECOVER -> read(SF, s, m1, 0)
+#ifdef SYNC_PROVES_QUORUM
+     :: m1 == Q_CONFIRM -> read(SF, s, m1, 0)
+#else
+     :: m1 == Q_CONFIRM -> rsend(s, R_CONFIRM, dz, 0)   /* the leader's answer */
+#endif
+     :: m1 == Q_RECOVER -> read(SF, s, m1, 0)
      fi
   fi;
   m1 = 0; s = 0; dz = 0
@@ -492,22 +673,63 @@ inline l_from_follower() {
   m1 = 0; m2 = 0; m3 = 0
 }
 
+/* The deposed leader steps down and drops its clients. A client that lists
+   only that server (as in issue 25's trials) reaches the ensemble again only
+   when it serves again, as a follower of the new leader. Reduction: either at
+   once or PINMAX ticks later, nothing in between (see README). */
+inline step_down() {
+  if :: conn[0] == SD -> disconnect(0); if :: pin[0] = PINMAX :: skip fi :: else -> skip fi;
+  if :: conn[1] == SD -> disconnect(1); if :: pin[1] = PINMAX :: skip fi :: else -> skip fi;
+  dt = 0
+}
+
 /* ---------------------------------------------------------------- a tick */
+/* A client with no grants left and no node closes its session. Nothing it
+   does afterwards can matter to the other client (it has no node in the
+   queue), so it stops: its timers and clock no longer multiply the states. */
+inline finish(c) {
+  disconnect(c); cs[c] = DONE; salive[c] = 0; lexp[c] = 0; ns[c] = 0;
+  vu[c] = 0; tm[c] = 0; mv[c] = 0; opc[c] = 0; oa[c] = 0; ka[c] = 0; ca[c] = 0; ra[c] = 0;
+  kat[c] = 0; pa[c] = 0; lc[c] = 0; pr[c] = 0; rl[c] = 0;
+  qk = 0; do :: qk < RL -> pd[c*RL + qk] = 0; qk++ :: else -> break od; qk = 0;
+  ftouch = ftouch & (2 - c)
+}
+
 inline client_tick(c) {
+  if :: cs[c] == IDLE && gl[c] == 0 && tok[c] == 0 -> finish(c) :: else -> skip fi;
   if :: cs[c] != HOLDING -> rl[c] = 0 :: else -> skip fi;
   if
   :: LIVE(c) ->
      /* ages only of what is in flight (else 0: fewer states) */
-     if :: OPF(c) -> age(oa[c]) :: else -> oa[c] = 0 fi;
+     if :: OPF(c) -> age(oa[c]) :: else -> oa[c] = 0; opc[c] = 0 fi;
      if :: kq[c] > 0 -> age(ka[c]) :: else -> ka[c] = 0 fi;
-     if :: hs[c] -> age(ca[c]) :: else -> ca[c] = 0 fi;
+     if :: hs[c] && ns[c] -> age(ca[c]) :: else -> ca[c] = 0 fi;  /* only a creation renews */
      if :: rq[c] -> age(ra[c]) :: else -> ra[c] = 0 fi;
-     tm[c] = (tm[c] << 1) & 127;
+     if :: kq[c] == kign[c] -> kpc[c] = 0 :: else -> skip fi;
+     if :: lc[c] > 0 ->             /* in a blackhole: no answer will come */
+           oa[c] = AMAX; ka[c] = AMAX; ra[c] = AMAX; ca[c] = AMAX; opc[c] = 0; kpc[c] = 0
+        :: else -> skip fi;
+#ifdef TOUCH_AT_SEND
+     tm[c] = tm[c] << 1;
+#endif
+     down(mv[c]); down(kpc[c]); down(opc[c]);
+     /* pending touches age; the oldest has now been answered RL ticks ago */
+     q1 = c*RL + RL - 1;
+     if :: pd[q1] > 1 && pd[q1] - 1 > mv[c] -> mv[c] = pd[q1] - 1 :: else -> skip fi;
+     qk = RL - 1;
+     do
+     :: qk > 0 -> q1 = c*RL + qk; pd[q1] = (pd[q1-1] > 0 -> pd[q1-1] - 1 : 0); qk--
+     :: else -> break
+     od;
+     pd[c*RL] = 0; q1 = 0;
      if :: kat[c] > 0 -> kat[c]-- :: else -> skip fi;
      if :: vu[c] > 0 -> vu[c]--;
            if :: vu[c] == 0 && cs[c] == HOLDING -> cs[c] = LOSTDEL :: else -> skip fi  /* Lost */
         :: else -> skip fi;
+     prune(c);
      if :: lc[c] > 0 -> lc[c]--; if :: lc[c] == 0 -> disconnect(c) :: else -> skip fi :: else -> skip fi;
+     if :: hq[c] > 0 -> hq[c]-- :: else -> skip fi;
+     if :: pin[c] > 0 -> pin[c]-- :: else -> skip fi;
      if :: pa[c] > 0 -> pa[c]-- :: else -> skip fi
   :: else -> skip
   fi
@@ -515,21 +737,26 @@ inline client_tick(c) {
 
 inline client_timers(c) {
   if
-  :: LIVE(c) && pa[c] == 0 && conn[c] == NOC ->
-     /* reconnect: to the leader, or to the follower if it serves */
-     if :: true -> conn[c] = SL :: fst == UP -> conn[c] = SF fi;
-     hs[c] = 1; ca[c] = 0; csend(c, Q_CONN, ns[c])
+  :: LIVE(c) && pa[c] == 0 && conn[c] == NOC && pin[c] == 0 ->
+     /* reconnect: to any server that serves */
+     if
+     :: LEADER -> conn[c] = SL
+     :: fst == UP -> conn[c] = SF
+     :: DEPOSED -> conn[c] = SD
+     :: else -> skip
+     fi;
+     if :: conn[c] != NOC -> hs[c] = 1; ca[c] = 0; csend(c, Q_CONN, ns[c]) :: else -> skip fi
   :: LIVE(c) && pa[c] == 0 && CONNECTED(c) ->
      if
-     :: kat[c] == 0 && kq[c] == 0 -> csend(c, Q_SYNC, 0); kq[c] = 1; ka[c] = 0; kat[c] = KA
-     :: kat[c] == 0 && kq[c] == 1 && ka[c] >= KA ->     /* abandon it, send anew */
-        kign[c] = 1; csend(c, Q_SYNC, 0); kq[c] = 2; ka[c] = 0; kat[c] = KA
+     :: kat[c] == 0 && kq[c] == 0 -> ka_send(c); kq[c] = 1
+     :: kat[c] == 0 && kq[c] == 1 ->     /* unanswered for an interval: send anew */
+        kign[c] = 1; ka_send(c); kq[c] = 2
      :: else -> skip
      fi;
      if :: cs[c] == HOLDING && rl[c] && !rq[c] -> csend(c, Q_READ, 0); rq[c] = 1; ra[c] = 0
         :: else -> skip fi;
-     if :: cs[c] == LOSTDEL -> csend(c, Q_DELETE, tok[c]); oa[c] = 0; cs[c] = DELETING
-        :: cs[c] == CONFWAIT -> csend(c, Q_CONFIRM, 0); oa[c] = 0; cs[c] = CONFIRMING
+     if :: cs[c] == LOSTDEL -> opsend(c, Q_DELETE, tok[c], DELETING)
+        :: cs[c] == CONFWAIT -> opsend(c, Q_CONFIRM, 0, CONFIRMING)
         :: else -> skip fi
   :: else -> skip
   fi
@@ -543,7 +770,7 @@ inline leader_tick(c) {
 inline tick() {
   if :: BUSY -> SPEND(F_DELAY) :: else -> skip fi;   /* messages held a tick */
   client_tick(0); client_tick(1);
-  leader_tick(0); leader_tick(1);
+  if :: LEADER -> leader_tick(0); leader_tick(1) :: else -> skip fi;
   if
   :: fst == UP -> fping--;
      if :: fping == 0 ->
@@ -554,6 +781,17 @@ inline tick() {
      if :: fcut == 0 -> drop_clients(SF); fst = DOWN :: else -> skip fi
   :: fst == DOWN -> skip
   fi;
+  if
+  :: dt > 0 -> dt--;
+     if
+     :: dt == DWIN ->           /* the new leader starts: deadlines start + T */
+        if :: salive[0] -> lexp[0] = T :: else -> skip fi;
+        if :: salive[1] -> lexp[1] = T :: else -> skip fi
+     :: dt == 0 -> step_down()      /* the deposed leader steps down */
+     :: else -> skip
+     fi
+  :: else -> skip
+  fi;
   client_timers(0); client_timers(1)
 }
 
@@ -561,16 +799,19 @@ inline tick() {
 
 inline client_choices(c) {
   if
-  :: LIVE(c) && pa[c] == 0 && cs[c] == IDLE && gl[c] > 0 && CONNECTED(c) -> enqueue(c)
-  :: LIVE(c) && pa[c] == 0 && cs[c] == HOLDING && CONNECTED(c) ->        /* release */
-     csend(c, Q_DELETE, tok[c]); oa[c] = 0; cs[c] = DELETING
-  :: FAULT(F_DEATH) && cs[c] == HOLDING -> SPEND(F_DEATH);                /* the holder dies */
+  :: QUIET && LIVE(c) && pa[c] == 0 && cs[c] == IDLE && gl[c] > 0 && CONNECTED(c) -> enqueue(c)
+  :: QUIET && LIVE(c) && pa[c] == 0 && cs[c] == HOLDING && CONNECTED(c) ->        /* release */
+     opsend(c, Q_DELETE, tok[c], DELETING)
+  :: QUIET && FAULT(F_DEATH) && cs[c] == HOLDING -> SPEND(F_DEATH);                /* the holder dies */
      disconnect(c); cs[c] = DEAD; dd = c + 1; pa[c] = 0; lc[c] = 0
-  :: FAULT(F_LINK) && (conn[c] == SL || conn[c] == SF) && LIVE(c) -> SPEND(F_LINK); lc[c] = CLMAX
-  :: lc[c] > 0 -> lc[c] = 0; disconnect(c)                              /* link torn down */
-  :: FAULT(F_PAUSE) && LIVE(c) -> SPEND(F_PAUSE); pa[c] = PMAX
-  :: pa[c] > 0 -> pa[c] = 0                                             /* resumes */
-  :: FAULT(F_ADMIN) && z[ZI(SL,c)] != 0 -> SPEND(F_ADMIN); adm[c] = 1;
+  :: QUIET && FAULT(F_LINK) && ONLINE(c) && LIVE(c) -> SPEND(F_LINK); lc[c] = CLMAX;
+     flush2(creq[c]); flush(cresp[c])   /* doomed: see csend */
+  :: QUIET && lc[c] > 0 -> lc[c] = 0; disconnect(c)                              /* link torn down */
+  :: QUIET && FAULT(F_PAUSE) && LIVE(c) -> SPEND(F_PAUSE); pa[c] = PMAX
+  :: QUIET && pa[c] > 0 -> pa[c] = 0                                             /* resumes */
+  :: QUIET && FAULT(F_HOLD) && ONLINE(c) && LIVE(c) -> SPEND(F_HOLD); hq[c] = HMAX  /* requests held */
+  :: QUIET && hq[c] > 0 -> hq[c] = 0                                             /* ... reach the server */
+  :: QUIET && FAULT(F_ADMIN) && LEADER && z[ZI(SL,c)] != 0 -> SPEND(F_ADMIN); adm[c] = 1;
      dz = z[ZI(SL,c)]; l_delete(c, dz); dz = 0
   fi
 }
@@ -581,7 +822,12 @@ active proctype sys() {
     conn[0] = SF; conn[1] = SL;     /* sessions established at time 0 */
     vu[0] = VAL; vu[1] = VAL; tm[0] = 1; tm[1] = 1;
     kat[0] = KA; kat[1] = KA; gl[0] = K; gl[1] = K;
-    fst = UP; fping = PING
+    fst = UP; fping = PING;
+    c_code {
+      if (getenv("ZKF_NF")) now.nf = atoi(getenv("ZKF_NF"));
+      if (getenv("ZKF_FAULTS")) now.faults = atoi(getenv("ZKF_FAULTS"));
+      if (getenv("ZKF_K")) { now.gl[0] = atoi(getenv("ZKF_K")); now.gl[1] = now.gl[0]; }
+    }
   }
 end:
   do
@@ -590,26 +836,40 @@ end:
   :: atomic { DQ(1) && conn[1] == SL -> creq[1]?m1,m2; s = 1; l_handle(s, m1, m2, 0); m1 = 0; m2 = 0; s = 0 }
   :: atomic { DQ(0) && conn[0] == SF -> f_handle(0) }
   :: atomic { DQ(1) && conn[1] == SF -> f_handle(1) }
+  :: atomic { DQ(0) && conn[0] == SD -> d_handle(0) }
+  :: atomic { DQ(1) && conn[1] == SD -> d_handle(1) }
   :: atomic { DR(0) -> client_recv(0) }
   :: atomic { DR(1) -> client_recv(1) }
   :: atomic { DFL -> l_from_follower() }
   :: atomic { DLF -> f_from_leader() }
   /* time */
   :: atomic { (!BUSY || FAULT(F_DELAY)) -> tick() }
-  /* clients' own choices and client faults */
+  /* clients' own choices and faults: only between message deliveries (see
+     README, "Reductions") */
   :: atomic { client_choices(0) }
   :: atomic { client_choices(1) }
   /* server faults */
-  :: atomic { FAULT(F_FCUT) && fst == UP -> SPEND(F_FCUT);       /* follower<->leader link lost */
+  :: atomic { QUIET && FAULT(F_FCUT) && fst == UP -> SPEND(F_FCUT);       /* follower<->leader link lost */
               flush(fl); flush(lf); fst = CUT; fcut = FDROP }
-  :: atomic { FAULT(F_FCR) && fst != DOWN -> SPEND(F_FCR);       /* follower crash */
+  :: atomic { QUIET && FAULT(F_FCR) && fst != DOWN -> SPEND(F_FCR);       /* follower crash */
               flush(fl); flush(lf); drop_clients(SF); fst = DOWN }
-  :: atomic { FAULT(F_LCR) -> SPEND(F_LCR);                      /* leader crash: a new leader */
+  :: atomic { QUIET && FAULT(F_LCR) && dt == 0 -> SPEND(F_LCR);           /* leader crash: a new leader */
               flush(fl); flush(lf); drop_clients(SL);
               if :: fst == UP -> drop_clients(SF); fst = DOWN :: else -> skip fi;
               if :: salive[0] -> lexp[0] = T :: else -> skip fi;  /* deadlines reset */
               if :: salive[1] -> lexp[1] = T :: else -> skip fi }
-  :: atomic { fst == DOWN ->                                     /* follower (re)joins */
+  :: atomic { QUIET && FAULT(F_LCUT) && dt == 0 -> SPEND(F_LCUT);         /* the leader cut from its peers */
+              /* its followers lose it; its own clients stay connected to it,
+                 now deposed, with its tree and sessions as they are */
+              flush(fl); flush(lf);
+              if :: fst == UP -> fst = CUT; fcut = FDROP :: else -> skip fi;
+              z[4] = z[0]; z[5] = z[1]; dal = salive[0] + 2*salive[1];
+              if :: conn[0] == SL -> conn[0] = SD :: else -> skip fi;
+              if :: conn[1] == SL -> conn[1] = SD :: else -> skip fi;
+              dt = FDROP + DWIN }
+  :: atomic { QUIET && dt > 0 && dt <= DWIN ->                            /* the deposed leader */
+              step_down() }                                      /* notices, steps down */
+  :: atomic { QUIET && fst == DOWN && LEADER ->                           /* follower (re)joins */
               fst = UP; z[2] = z[0]; z[3] = z[1]; ftouch = 0; fping = PING }
   od
 }
