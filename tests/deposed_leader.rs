@@ -22,8 +22,12 @@ use zkfence_testcontainers::Ensemble;
 const TICK_TIME: Duration = Duration::from_millis(2000);
 const T: Duration = Duration::from_secs(4);
 const SYNC_LIMIT: u32 = 2;
-/// The session timeout of the waiter and the observer, which must outlive the election.
-const WAITER_T: Duration = Duration::from_secs(16);
+/// The session timeout of the waiter and the observer, which must outlive the election: the
+/// servers' largest (20 × tickTime). An election that goes astray at this tickTime (a
+/// follower at a later round refusing the elected leader until its initLimit runs out) can
+/// leave the ensemble without a leader for over 20 s, and `zookeeper-client` gives a session
+/// up after 1.4 × its timeout without any server.
+const WAITER_T: Duration = Duration::from_secs(40);
 
 /// An ensemble with a proxy on every server-to-server link, of the test's own: the two tests
 /// cut leaders, and run side by side.
@@ -84,7 +88,7 @@ async fn trial(zk: &Ensemble, n: usize, with_waiter: bool) -> Trial {
     assert_eq!(holder.session_timeout(), T, "the servers' smallest timeout");
     // The waiter and the observer use the others, with a longer session: with the ensemble
     // silent from the cut until a new leader serves (syncLimit × tickTime and an election,
-    // about 1.5 T here), `zookeeper-client` would give up a T = 4 s session on its own.
+    // at least 1.5 T here), `zookeeper-client` would give up a T = 4 s session on its own.
     let others_connect = format!(
         "{},{}",
         zk.client_addr(others[0]),
@@ -181,7 +185,7 @@ async fn trial(zk: &Ensemble, n: usize, with_waiter: bool) -> Trial {
     let healer = Healer(zk);
     // When the others have a new leader: poll both every 10 ms.
     let (new_leader_after, new_leader_seen) = {
-        let deadline = cut + Duration::from_secs(40);
+        let deadline = cut + Duration::from_secs(60);
         let mut before = cut;
         loop {
             let asked = Instant::now();
@@ -207,7 +211,7 @@ async fn trial(zk: &Ensemble, n: usize, with_waiter: bool) -> Trial {
         .unwrap();
     let granted_at = match granted {
         Some(granted) => {
-            let (granted_at, new_lease) = tokio::time::timeout(Duration::from_secs(30), granted)
+            let (granted_at, new_lease) = tokio::time::timeout(Duration::from_secs(60), granted)
                 .await
                 .expect("the waiter is granted")
                 .unwrap();
