@@ -161,6 +161,22 @@ pub(crate) fn queue_order(children: Vec<String>) -> Vec<(i32, String)> {
     queue
 }
 
+/// The index of our node (`sequence`, `name`) in `queue` (in [`queue_order`]), found by its
+/// sequence in O(log n): a waiter in a deep queue looks itself up in a shared listing.
+pub(crate) fn index_in_queue(queue: &[(i32, String)], sequence: i32, name: &str) -> Option<usize> {
+    let reference = queue.first()?.0;
+    // The order queue_order sorted by, from any member: distances within a span below 2³¹.
+    let found = queue
+        .binary_search_by_key(&sequence.wrapping_sub(reference), |(seq, _)| {
+            seq.wrapping_sub(reference)
+        })
+        .ok()
+        .filter(|&i| queue[i].1 == name);
+    // Sequences are unique in a directory, so a miss means the node is not listed; a queue
+    // that spans the whole counter (never seen) is searched the slow way.
+    found.or_else(|| queue.iter().position(|(_, n)| n == name))
+}
+
 /// Splits a connect string into its hosts and its chroot (`None` for none, or for `/`
 /// alone, which the Java client also takes as no chroot), refusing what no server could
 /// take: no host, an empty host between commas, a host without a port, a bad chroot.

@@ -40,7 +40,7 @@ use zookeeper_client as zk;
 
 use crate::error::{Error, Result};
 use crate::node::{self, Kind, NodeFormat, OwnerInfo};
-use crate::session::{Acquiring, Counters, NodeEvent, NodeWatch, Session, Shared};
+use crate::session::{Acquiring, Counters, NodeEvent, NodeWatch, QueueListing, Session, Shared};
 use crate::telemetry::{self, Recipe, Tag};
 use crate::token::FencingToken;
 
@@ -120,6 +120,26 @@ struct Progress {
     holder: Option<String>,
 }
 
+/// Our node, just created, and the listing sent right behind its create, if answered.
+struct Enqueued {
+    created: crate::session::Created,
+    /// The create's number among the session's ordered requests.
+    number: u64,
+    listed: Option<QueueListing>,
+}
+
+/// How step 2 reads the queue for one waiter.
+struct Listing {
+    /// The listing sent behind our create, read once.
+    first: Option<QueueListing>,
+    /// For the first listing read: the number of our create, which it must come after.
+    /// Later ones come after whatever woke us.
+    after: Option<u64>,
+    /// Our nodes' marker, and whether a second node of ours with it may exist.
+    marker: String,
+    check_orphans: bool,
+}
+
 /// One contender in a queue, as [`Lock::contenders`](crate::Lock::contenders) reports it.
 ///
 /// ```no_run
@@ -189,6 +209,8 @@ struct Pending {
     node: Option<String>,
     /// A create was sent, so a node may exist even if `node` is unknown.
     sent: bool,
+    /// A create's outcome was unknown: one of ours may commit late, beside the node we use.
+    uncertain: bool,
     armed: bool,
     /// While our node waits, the lease clock's keepalive must be a proof.
     _acquiring: Acquiring,
@@ -385,6 +407,7 @@ impl Queue {
             marker: self.format.marker(uuid),
             node: None,
             sent: false,
+            uncertain: false,
             armed: true,
         }
     }
@@ -481,11 +504,13 @@ impl Queue {
         let uuid = self.uuid.unwrap_or_else(uuid::Uuid::new_v4);
         let mut pending = self.pending(&uuid);
         let result = async {
-            let created = self.enqueue(&uuid, &mut pending).await?;
+            let enqueued = self.enqueue(&uuid, &mut pending).await?;
             let mut progress = Progress::default();
+            let mut listing = self.listing(&enqueued, &pending);
             let (place, ..) = self
-                .position(&created.path, &pending.marker, &mut progress, false)
+                .position(&enqueued.created, &mut listing, &mut progress, false)
                 .await?;
+            let created = enqueued.created;
             match place {
                 Place::Holds => self.grant(created, None).await.map(Some),
                 Place::Waits { .. } | Place::WaitsForAnyChange => Ok(None),
@@ -511,32 +536,56 @@ impl Queue {
         pending: &mut Pending,
         progress: &mut Progress,
     ) -> Result<Grant> {
-        let created = self.enqueue(uuid, pending).await?;
-        tracing::Span::current().record("node", created.path.as_str());
-        let marker = pending.marker.clone();
-        self.wait(created, &marker, progress).await
+        let enqueued = self.enqueue(uuid, pending).await?;
+        tracing::Span::current().record("node", enqueued.created.path.as_str());
+        let listing = self.listing(&enqueued, pending);
+        self.wait(enqueued.created, listing, progress).await
     }
 
-    /// Step 1: the protected create.
-    async fn enqueue(
-        &self,
-        uuid: &uuid::Uuid,
-        pending: &mut Pending,
-    ) -> Result<crate::session::Created> {
+    /// Step 1: the protected create, with the listing of step 2 sent right behind it (and,
+    /// when the directory is likely missing, the directory's create in front): one round trip
+    /// for all three.
+    async fn enqueue(&self, uuid: &uuid::Uuid, pending: &mut Pending) -> Result<Enqueued> {
         let shared = self.shared();
         let prefix = format!("{}/{}", self.dir, self.format.prefix(uuid, self.kind));
         let data = self.owner.data();
+        // A semaphore's waiters list with a watch on the children, which is theirs alone.
+        let list_behind = !matches!(self.admission(), Admission::Permits(_));
         let mut directory_made = 0;
         loop {
+            let in_front = shared.directories.likely_missing(&self.dir);
+            let directory = in_front.then(|| shared.create_directory_in_front(&self.dir));
             pending.sent = true;
-            match shared.create_queue_node(&prefix, &data).await {
+            let (number, create) = shared.create_queue_node(&prefix, &data);
+            let (_, created, listed) = futures::join!(
+                async {
+                    if let Some(directory) = directory {
+                        directory.await;
+                    }
+                },
+                create,
+                async {
+                    if list_behind {
+                        shared.list_queue_after(&self.dir, number).await.ok()
+                    } else {
+                        None
+                    }
+                }
+            );
+            match created {
                 Ok(created) => {
+                    shared.directories.created_in(&self.dir);
                     pending.node = Some(created.path.clone());
                     tracing::info!(node = %created.path, token = created.czxid, sequence = created.sequence, "enqueued");
-                    return Ok(created);
+                    return Ok(Enqueued {
+                        created,
+                        number,
+                        listed: listed.flatten(),
+                    });
                 }
                 Err(zk::Error::NoNode) => {
                     pending.sent = false;
+                    shared.directories.found_missing(&self.dir);
                     // A container directory can be removed between our mkdir and our create
                     // (empty at the leader's check): make it again, a bounded number of times.
                     directory_made += 1;
@@ -545,13 +594,24 @@ impl Queue {
                             path: self.dir.clone(),
                         });
                     }
-                    shared.make_dirs(&self.dir).await?;
+                    if in_front {
+                        // The directory's own parent is missing: make the whole path.
+                        shared.make_dirs(&self.dir).await?;
+                    }
+                    // Otherwise the next round sends the directory's create in front.
                 }
                 Err(e) if crate::session::outcome_unknown(&e) => {
+                    pending.uncertain = true;
                     if let Some(created) = find_own(&shared, &self.dir, &pending.marker).await? {
                         tracing::info!(node = %created.path, token = created.czxid, "enqueued (found our node after a lost answer)");
+                        shared.directories.created_in(&self.dir);
                         pending.node = Some(created.path.clone());
-                        return Ok(created);
+                        let number = shared.listings.last_sent();
+                        return Ok(Enqueued {
+                            created,
+                            number,
+                            listed: None,
+                        });
                     }
                     tracing::debug!(dir = %self.dir, "create outcome unknown and no node of ours found: creating again");
                 }
@@ -571,36 +631,59 @@ impl Queue {
         }
     }
 
+    /// How step 2 reads the queue for the node `enqueued` made.
+    fn listing(&self, enqueued: &Enqueued, pending: &Pending) -> Listing {
+        Listing {
+            first: enqueued.listed.clone(),
+            after: Some(enqueued.number),
+            marker: pending.marker.clone(),
+            // A fixed uuid (tests) may be shared with a node of an earlier join.
+            check_orphans: pending.uncertain || self.uuid.is_some(),
+        }
+    }
+
     /// Step 2: where we stand. Returns the place, our index, the queue, and (with
     /// `watch_children`) a watch on the directory's children.
     ///
-    /// Every create retry of one join carries the same uuid (`marker`), so another child with
-    /// our marker owned by our session is a create whose answer was lost and which committed
-    /// after we had looked for it: an orphan of ours, which would sit ahead of us forever.
-    /// It is deleted here, at no cost on the normal path (the listing is needed anyway).
+    /// Every create retry of one join carries the same uuid (the marker), so another child
+    /// with our marker owned by our session is a create whose answer was lost and which
+    /// committed after we had looked for it: an orphan of ours, which would sit ahead of us
+    /// forever. It is deleted here; only a join that lost a create's answer looks for one.
     async fn position(
         &self,
-        node: &str,
-        marker: &str,
+        created: &crate::session::Created,
+        listing: &mut Listing,
         progress: &mut Progress,
         watch_children: bool,
     ) -> Result<(
         Place,
         usize,
-        Vec<(i32, String)>,
+        QueueListing,
         Option<crate::session::ChildrenWatch>,
     )> {
         let shared = self.shared();
+        let name = &created.path[self.dir.len() + 1..];
         loop {
-            let listed = if watch_children {
-                shared
-                    .list_watched(&self.dir)
-                    .await?
-                    .map(|(children, watch)| (children, Some(watch)))
+            let (queue, children_watch) = if watch_children {
+                match shared.list_watched(&self.dir).await? {
+                    Some((children, watch)) => {
+                        (Some(Arc::new(node::queue_order(children))), Some(watch))
+                    }
+                    None => (None, None),
+                }
+            } else if let Some(first) = listing.first.take() {
+                (Some(first), None)
             } else {
-                shared.list(&self.dir).await?.map(|c| (c, None))
+                // Right after our create, a listing sent after it; later, one sent after
+                // whatever woke us.
+                let after = listing
+                    .after
+                    .take()
+                    .unwrap_or_else(|| shared.listings.last_sent());
+                (shared.list_queue_after(&self.dir, after).await?, None)
             };
-            let Some((children, children_watch)) = listed else {
+            listing.after = None;
+            let Some(queue) = queue else {
                 return Err(match shared.session_ended() {
                     Some(err) => err,
                     // An expired session's node is gone, but the directory is not.
@@ -609,12 +692,14 @@ impl Queue {
                     },
                 });
             };
-            let queue = node::queue_order(children);
-            let name = &node[self.dir.len() + 1..];
-            let Some(index) = queue.iter().position(|(_, n)| n == name) else {
-                return Err(self.vanished(node));
+            let Some(index) = node::index_in_queue(&queue, created.sequence, name) else {
+                return Err(self.vanished(&created.path));
             };
-            if self.delete_own_orphans(&queue, name, marker).await? {
+            if listing.check_orphans
+                && self
+                    .delete_own_orphans(&queue, name, &listing.marker)
+                    .await?
+            {
                 continue;
             }
             progress.ahead = index;
@@ -662,7 +747,7 @@ impl Queue {
     async fn wait(
         &self,
         created: crate::session::Created,
-        marker: &str,
+        mut listing: Listing,
         progress: &mut Progress,
     ) -> Result<Grant> {
         let shared = self.shared();
@@ -674,8 +759,9 @@ impl Queue {
         // The latest notification that someone ahead left, for the release-to-grant time.
         let mut woke: Option<telemetry::Woke> = None;
         loop {
-            let (place, index, queue, children_watch) =
-                self.position(&node, marker, progress, permits).await?;
+            let (place, index, queue, children_watch) = self
+                .position(&created, &mut listing, progress, permits)
+                .await?;
             if !matches!(place, Place::Holds) && waiting.is_none() {
                 waiting = Some(telemetry::Waiting::start(&tag));
             }
@@ -908,7 +994,14 @@ impl Queue {
         marker: &str,
     ) -> Result<Grant> {
         let mut progress = Progress::default();
-        self.wait(created, marker, &mut progress).await
+        let listing = Listing {
+            first: None,
+            // The caller's create was answered: any listing sent from now on shows it.
+            after: None,
+            marker: marker.to_string(),
+            check_orphans: true,
+        };
+        self.wait(created, listing, &mut progress).await
     }
 
     /// The grant for `created` if `children` (a listing of this directory read after the

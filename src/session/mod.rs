@@ -3,6 +3,7 @@
 //! calls the client library.
 
 mod clock;
+mod listing;
 mod ops;
 mod reopen;
 mod security;
@@ -17,6 +18,7 @@ use zookeeper_client as zk;
 use crate::error::{Error, Result};
 
 pub(crate) use clock::{Acquiring, Holding};
+pub(crate) use listing::QueueListing;
 pub use ops::FencedOp;
 pub(crate) use ops::{
     outcome_unknown, ChildrenWatch, Created, FencedFailure, NodeEvent, NodeWatch,
@@ -334,6 +336,10 @@ pub(crate) struct Shared {
     pub(crate) counters: Arc<Counters>,
     /// Label lock metrics by path too ([`SessionOptions::metrics_path_labels`]).
     pub(crate) metrics_path_labels: bool,
+    /// Ordered creates and the listings the waiters of this session share.
+    pub(crate) listings: Arc<listing::Listings>,
+    /// Which lock directories this session has reason to think exist.
+    pub(crate) directories: listing::Directories,
 }
 
 impl Shared {
@@ -894,6 +900,8 @@ async fn open(
         ),
         counters,
         metrics_path_labels: options.metrics_path_labels,
+        listings: Arc::default(),
+        directories: listing::Directories::new(!options.persistent_directories),
     });
     let keeper = tokio::spawn(clock::keep(shared.clone(), client.state_watcher()));
     tracing::info!(

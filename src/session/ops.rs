@@ -20,6 +20,7 @@ use zookeeper_client as zk;
 use crate::error::{Error, Result};
 
 use super::clock::Answer;
+use super::listing::{self, QueueListing, Turn};
 use super::{Counters, SessionState, Shared};
 
 /// True when a request failed without telling whether the server applied it: the
@@ -389,32 +390,114 @@ impl Shared {
         }
     }
 
-    /// Creates a queue node: one attempt, the raw error for the caller's protected-create
-    /// rule. A `NoNode` answer means the directory is missing.
-    pub(crate) async fn create_queue_node(
-        &self,
-        prefix: &str,
+    /// Sends the create of a queue node: one attempt, the raw error for the caller's
+    /// protected-create rule. A `NoNode` answer means the directory is missing. Returns the
+    /// create's number among the session's ordered requests (a listing numbered after it
+    /// lists the node) and its answer, to await.
+    pub(crate) fn create_queue_node<'a>(
+        &'a self,
+        prefix: &'a str,
         data: &[u8],
-    ) -> std::result::Result<Created, zk::Error> {
+    ) -> (
+        u64,
+        impl Future<Output = std::result::Result<Created, zk::Error>> + Send + 'a,
+    ) {
         let acls = zk::Acls::new(&self.acls);
         let options = zk::CreateMode::EphemeralSequential.with_acls(acls);
         let sent = Instant::now();
-        match self.client.create(prefix, data, &options).await {
-            Ok((stat, sequence)) => {
-                self.answered(Answer::Committed, sent);
-                Counters::bump(&self.counters.creates);
-                Ok(Created {
-                    path: format!("{prefix}{sequence}"),
-                    // ZooKeeper writes the parent's signed 32-bit counter.
-                    sequence: sequence.into_i64() as i32,
-                    czxid: stat.czxid,
-                })
-            }
-            Err(e) => {
-                if let Some(answer) = write_error_answer(&e) {
-                    self.answered(answer, sent);
+        let (number, request) = self
+            .listings
+            .send_in_order(|| self.client.create(prefix, data, &options));
+        let answer = async move {
+            match request.await {
+                Ok((stat, sequence)) => {
+                    self.answered(Answer::Committed, sent);
+                    Counters::bump(&self.counters.creates);
+                    Ok(Created {
+                        path: format!("{prefix}{sequence}"),
+                        // ZooKeeper writes the parent's signed 32-bit counter.
+                        sequence: sequence.into_i64() as i32,
+                        czxid: stat.czxid,
+                    })
                 }
-                Err(e)
+                Err(e) => {
+                    if let Some(answer) = write_error_answer(&e) {
+                        self.answered(answer, sent);
+                    }
+                    Err(e)
+                }
+            }
+        };
+        (number, answer)
+    }
+
+    /// Sends the create of the lock directory `dir` (its parent must exist), to go in front
+    /// of a queue node's create in the same round trip; returns true if it created it. Its
+    /// errors are the node's create's to report: `NodeExists` is the directory being there,
+    /// `NoNode` a missing parent (the node's create fails with it too).
+    pub(crate) fn create_directory_in_front<'a>(
+        &'a self,
+        dir: &'a str,
+    ) -> impl Future<Output = bool> + Send + 'a {
+        let acls = zk::Acls::new(&self.acls);
+        let options = self.directory_mode.with_acls(acls);
+        let sent = Instant::now();
+        let request = self.client.create(dir, &[], &options);
+        async move {
+            match request.await {
+                Ok(_) => {
+                    self.answered(Answer::Committed, sent);
+                    tracing::info!(%dir, mode = ?self.directory_mode, "created lock directory");
+                    true
+                }
+                Err(e) => {
+                    if let Some(answer) = write_error_answer(&e) {
+                        self.answered(answer, sent);
+                    }
+                    false
+                }
+            }
+        }
+    }
+
+    /// The children of `dir` in queue order (`None` if it does not exist), from a listing
+    /// sent after the session's ordered request number `after` (see `listing.rs`): shared
+    /// with the session's other waiters on `dir`, asking again while its outcome is unknown.
+    pub(crate) async fn list_queue_after(
+        &self,
+        dir: &str,
+        after: u64,
+    ) -> Result<Option<QueueListing>> {
+        loop {
+            let turn = self
+                .listings
+                .join_or_send(dir, after, || self.client.list_children(dir));
+            let (listed, sent) = match turn {
+                Turn::Share(answer) => match listing::shared_answer(answer).await {
+                    Some(answer) => answer,
+                    None => continue, // its sender was cancelled: ask again
+                },
+                Turn::After(answer) => {
+                    listing::shared_answer(answer).await;
+                    continue;
+                }
+                Turn::Send(sent, request) => {
+                    Counters::bump(&self.counters.listings);
+                    sent.answer(request.await)
+                }
+            };
+            match listed {
+                Ok(queue) => {
+                    self.answered(Answer::Read, sent);
+                    return Ok(queue);
+                }
+                Err(e) if outcome_unknown(&e) => pause_before_retry().await,
+                Err(e) => {
+                    if write_error_answer(&e).is_some() {
+                        self.answered(Answer::Read, sent);
+                    }
+                    return Err(Error::zk("list", dir, e));
+                }
             }
         }
     }

@@ -73,6 +73,9 @@ pub struct ConnectionInfo {
     pub received: u64,
     /// Packets sent to the client (`sent`).
     pub sent: u64,
+    /// The last operation the server processed for the client (`lop`: `CREA`, `GETC`,
+    /// `MULT`, `PING`, ...), if it has processed one.
+    pub last_operation: Option<String>,
 }
 
 /// Parses `cons` output lines such as
@@ -92,11 +95,13 @@ fn parse_cons_line(line: &str) -> Option<ConnectionInfo> {
         session_id: None,
         received: 0,
         sent: 0,
+        last_operation: None,
     };
     for kv in fields.split(',') {
         match kv.split_once('=') {
             Some(("recved", v)) => info.received = v.parse().unwrap_or(0),
             Some(("sent", v)) => info.sent = v.parse().unwrap_or(0),
+            Some(("lop", v)) if v != "NA" => info.last_operation = Some(v.to_string()),
             Some(("sid", v)) => {
                 let hex = v.trim_start_matches("0x");
                 info.session_id = u64::from_str_radix(hex, 16).ok().map(|u| u as i64);
@@ -149,7 +154,9 @@ mod tests {
         assert_eq!(cons[0].peer, "127.0.0.1:39516".parse().unwrap());
         assert_eq!(cons[0].session_id, Some(0x100009a2c7d0000));
         assert_eq!((cons[0].received, cons[0].sent), (5, 6));
+        assert_eq!(cons[0].last_operation.as_deref(), Some("PING"));
         assert_eq!(cons[1].session_id, None);
+        assert_eq!(cons[1].last_operation, None);
     }
 
     #[test]

@@ -1,0 +1,299 @@
+//! Listings in queue order, shared by the waiters of one session, and which lock directories
+//! this session has reason to think exist.
+//!
+//! ZooKeeper answers one session's requests in the order they were sent, and a read sent
+//! behind a write of the same session sees that write. So a listing sent after a waiter's
+//! create lists that waiter's node, whoever asked for it: the waiters of one session on one
+//! directory can share one listing, as long as it was sent after each one's create. The
+//! creates and listings are numbered as they are sent ([`Listings::send_in_order`]; the client
+//! library sends a request when it is called, not when its future is polled), and a waiter
+//! asks for a listing numbered after its create, or after the event it woke on.
+//!
+//! At most one listing of a directory is in flight per session. A waiter that needs a later
+//! one than the listing in flight waits for that one to be answered and then shares the next:
+//! ten thousand waiters enqueued at once list the directory a few times per round trip, not
+//! ten thousand times. A lone acquire finds nothing in flight and sends its listing right
+//! behind its create, before the create is answered: one round trip for both.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::time::Instant;
+use zookeeper_client as zk;
+
+use crate::node;
+
+/// A directory's children in queue order (sequence order, right across the counter's wrap),
+/// sorted once and shared by every waiter that reads it.
+pub(crate) type QueueListing = Arc<Vec<(i32, String)>>;
+
+/// The answer to one listing: `None` when the directory does not exist.
+pub(crate) type Listed = std::result::Result<Option<QueueListing>, zk::Error>;
+
+/// The ordered sends and shared listings of one ZooKeeper session.
+#[derive(Default)]
+pub(crate) struct Listings {
+    /// The number of the last ordered request sent. Held while the request is handed to the
+    /// client, so that numbers and the order on the wire agree.
+    sent: Mutex<u64>,
+    in_flight: Mutex<HashMap<String, InFlight>>,
+}
+
+struct InFlight {
+    /// Its number: it lists every node whose create has a smaller one.
+    number: u64,
+    answer: watch::Receiver<Option<(Listed, Instant)>>,
+}
+
+/// What a caller of [`Listings::join_or_send`] does.
+pub(crate) enum Turn<F> {
+    /// Share the listing in flight: wait for its answer (`None` if its sender gave up).
+    Share(watch::Receiver<Option<(Listed, Instant)>>),
+    /// The listing in flight was sent too early for us: wait for it to be answered, then ask
+    /// again, to share the next one with everyone else who waited.
+    After(watch::Receiver<Option<(Listed, Instant)>>),
+    /// We sent it: await `request`, then [`Sent::answer`] the others.
+    Send(Sent, F),
+}
+
+/// The sender's side of a listing in flight. Dropped unanswered (the sender was cancelled),
+/// it takes the listing off the table, and the waiters that shared it ask again.
+pub(crate) struct Sent {
+    listings: Arc<Listings>,
+    dir: String,
+    number: u64,
+    answer: watch::Sender<Option<(Listed, Instant)>>,
+    pub(crate) sent_at: Instant,
+}
+
+impl Sent {
+    /// Sorts the children into queue order and hands the result to every waiter sharing it.
+    pub(crate) fn answer(
+        self,
+        children: std::result::Result<Vec<String>, zk::Error>,
+    ) -> (Listed, Instant) {
+        let listed: Listed = match children {
+            Ok(children) => Ok(Some(Arc::new(node::queue_order(children)))),
+            Err(zk::Error::NoNode) => Ok(None),
+            Err(e) => Err(e),
+        };
+        let answer = (listed, self.sent_at);
+        self.answer.send_replace(Some(answer.clone()));
+        answer
+    }
+}
+
+impl Drop for Sent {
+    fn drop(&mut self) {
+        let mut in_flight = self.listings.in_flight.lock().unwrap();
+        if in_flight
+            .get(&self.dir)
+            .is_some_and(|f| f.number == self.number)
+        {
+            in_flight.remove(&self.dir);
+        }
+    }
+}
+
+impl Listings {
+    /// Hands a request to the client with the next number: `send` must only call the client
+    /// (which sends at the call) and return its future.
+    pub(crate) fn send_in_order<T>(&self, send: impl FnOnce() -> T) -> (u64, T) {
+        let mut sent = self.sent.lock().unwrap();
+        *sent += 1;
+        (*sent, send())
+    }
+
+    /// The number of the last ordered request sent: a listing numbered after it was sent
+    /// after now.
+    pub(crate) fn last_sent(&self) -> u64 {
+        *self.sent.lock().unwrap()
+    }
+
+    /// Shares the listing of `dir` in flight if it was sent after request number `after`,
+    /// or sends one with `list` if none is in flight.
+    pub(crate) fn join_or_send<F>(
+        self: &Arc<Self>,
+        dir: &str,
+        after: u64,
+        list: impl FnOnce() -> F,
+    ) -> Turn<F> {
+        let mut in_flight = self.in_flight.lock().unwrap();
+        if let Some(f) = in_flight.get(dir) {
+            return if f.number > after {
+                Turn::Share(f.answer.clone())
+            } else {
+                Turn::After(f.answer.clone())
+            };
+        }
+        // Before the send: the lease clock takes an answer's send time as what it proves.
+        let sent_at = Instant::now();
+        let (number, request) = self.send_in_order(list);
+        let (answer, receiver) = watch::channel(None);
+        in_flight.insert(
+            dir.to_string(),
+            InFlight {
+                number,
+                answer: receiver,
+            },
+        );
+        Turn::Send(
+            Sent {
+                listings: self.clone(),
+                dir: dir.to_string(),
+                number,
+                answer,
+                sent_at,
+            },
+            request,
+        )
+    }
+}
+
+/// Waits for the answer of a listing someone else sent: `None` if its sender gave up.
+pub(crate) async fn shared_answer(
+    mut answer: watch::Receiver<Option<(Listed, Instant)>>,
+) -> Option<(Listed, Instant)> {
+    match answer.wait_for(|a| a.is_some()).await {
+        Ok(a) => a.clone(),
+        Err(_) => None,
+    }
+}
+
+/// How long an empty container directory has been seen to survive at most, before the
+/// server's container check removed it: ZooKeeper's default check interval until this
+/// session has seen a removal itself.
+const DEFAULT_REMOVAL_AFTER: Duration = Duration::from_secs(60);
+
+/// Never assume a directory is gone sooner than this after our last create in it, whatever
+/// was seen: a hot lock must never pay for a directory create.
+const MIN_REMOVAL_AFTER: Duration = Duration::from_millis(50);
+
+/// Directories remembered at most; past it the memory starts over (a forgotten directory
+/// costs one pipelined create of it at its next acquire, nothing more).
+const MAX_REMEMBERED: usize = 4096;
+
+/// Which lock directories this session has reason to think exist, so an acquire can send the
+/// directory's create in front of its node's (in the same round trip) exactly when it is
+/// likely missing: never seen by this session, or idle longer than a container has been seen
+/// to survive. A directory create that finds the directory is a write (an error transaction),
+/// so a hot lock never sends one.
+pub(crate) struct Directories {
+    inner: Mutex<DirectoriesInner>,
+    /// Persistent directories are never removed by the server.
+    containers: bool,
+}
+
+struct DirectoriesInner {
+    /// The last time a node of ours was created in each directory.
+    last_create: HashMap<String, Instant>,
+    removal_after: Duration,
+}
+
+impl Directories {
+    pub(crate) fn new(containers: bool) -> Directories {
+        Directories {
+            inner: Mutex::new(DirectoriesInner {
+                last_create: HashMap::new(),
+                removal_after: DEFAULT_REMOVAL_AFTER,
+            }),
+            containers,
+        }
+    }
+
+    /// True if an acquire in `dir` should create the directory first.
+    pub(crate) fn likely_missing(&self, dir: &str) -> bool {
+        let inner = self.inner.lock().unwrap();
+        match inner.last_create.get(dir) {
+            None => true,
+            Some(at) => self.containers && at.elapsed() > inner.removal_after,
+        }
+    }
+
+    /// A node of ours was created in `dir`: it exists now.
+    pub(crate) fn created_in(&self, dir: &str) {
+        let mut inner = self.inner.lock().unwrap();
+        if inner.last_create.len() >= MAX_REMEMBERED && !inner.last_create.contains_key(dir) {
+            inner.last_create.clear();
+        }
+        inner.last_create.insert(dir.to_string(), Instant::now());
+    }
+
+    /// A create found `dir` missing: learn how soon the server removes empty directories.
+    /// It checks them periodically, so one left empty goes at some moment within a period:
+    /// found gone after idling `x`, it was likely gone after half of that.
+    pub(crate) fn found_missing(&self, dir: &str) {
+        let mut inner = self.inner.lock().unwrap();
+        if let Some(at) = inner.last_create.remove(dir) {
+            let idle = (at.elapsed() / 2).max(MIN_REMOVAL_AFTER);
+            if self.containers && idle < inner.removal_after {
+                tracing::debug!(%dir, ?idle, "an empty lock directory was removed sooner than expected: creating idle ones in front from now on");
+                inner.removal_after = idle;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_directory_is_likely_missing_until_seen_and_again_once_idle_longer_than_a_removal() {
+        let dirs = Directories::new(true);
+        assert!(dirs.likely_missing("/a"), "never seen");
+        dirs.created_in("/a");
+        assert!(!dirs.likely_missing("/a"), "just created in");
+        // A removal seen after ~0 s idle: clamped to the minimum, never zero.
+        dirs.found_missing("/a");
+        assert!(dirs.likely_missing("/a"), "found missing");
+        dirs.created_in("/a");
+        assert!(
+            !dirs.likely_missing("/a"),
+            "a hot lock never creates its directory"
+        );
+        std::thread::sleep(MIN_REMOVAL_AFTER + Duration::from_millis(20));
+        assert!(
+            dirs.likely_missing("/a"),
+            "idle longer than the removal seen"
+        );
+    }
+
+    #[test]
+    fn persistent_directories_are_never_thought_removed_once_seen() {
+        let dirs = Directories::new(false);
+        dirs.created_in("/a");
+        dirs.found_missing("/b");
+        std::thread::sleep(MIN_REMOVAL_AFTER + Duration::from_millis(20));
+        assert!(!dirs.likely_missing("/a"));
+    }
+
+    #[test]
+    fn numbers_follow_the_order_of_sends() {
+        let listings = Arc::new(Listings::default());
+        let (a, ()) = listings.send_in_order(|| ());
+        let (b, ()) = listings.send_in_order(|| ());
+        assert!(b > a);
+        assert_eq!(listings.last_sent(), b);
+        // A listing in flight is shared by what was sent before it, not by what came after.
+        let Turn::Send(sent, ()) = listings.join_or_send("/d", b, || ()) else {
+            panic!("nothing in flight: we send");
+        };
+        assert!(matches!(
+            listings.join_or_send("/d", b, || ()),
+            Turn::Share(_)
+        ));
+        let (c, ()) = listings.send_in_order(|| ());
+        assert!(matches!(
+            listings.join_or_send("/d", c, || ()),
+            Turn::After(_)
+        ));
+        drop(sent);
+        assert!(matches!(
+            listings.join_or_send("/d", c, || ()),
+            Turn::Send(..)
+        ));
+    }
+}

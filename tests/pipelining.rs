@@ -1,0 +1,223 @@
+//! The acquire's requests go out together: the listing right behind the create (one round trip
+//! to the grant), the directory's create in front when it is likely missing, and one listing
+//! shared by the waiters of a session that enqueue together.
+//!
+//! Counted at the server: a proxy that lets requests through but holds every answer shows
+//! which requests the client sent before it had heard anything back.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use zkfence::zookeeper_client as zk;
+use zkfence::{Session, SessionOptions};
+use zkfence_testcontainers::{Ensemble, FaultProxy};
+
+/// Long enough that neither the lease clock's keepalive (T/6) nor the client's ping falls in
+/// the few seconds a test holds the answers.
+const T: Duration = Duration::from_secs(60);
+const CONTAINER_CHECK: Duration = Duration::from_millis(100);
+
+async fn ensemble() -> Ensemble {
+    Ensemble::builder()
+        .nodes(3)
+        .tick_time(TICK)
+        .max_session_timeout(T)
+        .container_check_interval(CONTAINER_CHECK)
+        .start()
+        .await
+        .expect("start an ensemble")
+}
+
+/// What server 0 has received from `session` so far, and the last operation it processed.
+async fn at_server(zk: &Ensemble, session: &Session) -> (u64, Option<String>) {
+    let sid = session.client().session_id().0;
+    let connection = zk
+        .connections(0)
+        .await
+        .expect("cons")
+        .into_iter()
+        .find(|c| c.session_id == Some(sid))
+        .expect("our connection at server 0");
+    (connection.received, connection.last_operation)
+}
+
+/// Holds the answers, starts an acquire of `dir`, and returns the requests server 0 received
+/// from it before any answer could reach it, and the last one's operation. The acquire is
+/// then dropped (its node goes in the background, checked by the caller).
+async fn sent_before_any_answer(
+    zk: &Ensemble,
+    proxy: &FaultProxy,
+    session: &Session,
+    dir: &str,
+    want: u64,
+) -> (u64, Option<String>) {
+    let (before, _) = at_server(zk, session).await;
+    proxy.hold_responses();
+    let lock = session.lock(dir);
+    let acquire = tokio::spawn(async move { lock.acquire().await });
+    // Polled until the server has received as many as we expect and processed the listing
+    // (the server counts a request when it arrives, names it once processed); the old
+    // sequential acquire stays at one (its create) until the deadline.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
+    let mut seen = at_server(zk, session).await;
+    while (seen.0 < before + want || seen.1.as_deref() != Some("GETC"))
+        && tokio::time::Instant::now() < deadline
+    {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        seen = at_server(zk, session).await;
+    }
+    acquire.abort();
+    proxy.heal();
+    (seen.0 - before, seen.1)
+}
+
+async fn until_gone(session: &Session, path: &str) {
+    eventually(
+        Duration::from_secs(10),
+        &format!("{path} removed"),
+        || async {
+            let _ = session.client().sync(path).await;
+            session
+                .client()
+                .check_stat(path)
+                .await
+                .ok()
+                .flatten()
+                .is_none()
+        },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acquire_sends_its_listing_behind_its_create_and_the_directory_in_front_when_likely_missing(
+) {
+    let zk = ensemble().await;
+    let proxy = zk.proxy_to(&[0]).await.unwrap();
+    let session = Session::connect(
+        &proxy.connect_string(),
+        SessionOptions::new().session_timeout(T),
+    )
+    .await
+    .unwrap();
+    let observer = connect(&zk.connect_string(), Duration::from_secs(4)).await;
+    let parent = unique_path("pipelining");
+    observer
+        .client()
+        .mkdir(
+            &parent,
+            &zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all()),
+        )
+        .await
+        .unwrap();
+
+    // A directory this session never saw: its create goes in front, the listing behind.
+    let fresh = format!("{parent}/fresh");
+    let (requests, last) = sent_before_any_answer(&zk, &proxy, &session, &fresh, 3).await;
+    assert_eq!(
+        (requests, last.as_deref()),
+        (3, Some("GETC")),
+        "a never-seen directory: want its create, the node's create and the listing sent before any answer"
+    );
+    eventually(
+        Duration::from_secs(10),
+        "the dropped acquire's node deleted",
+        || async { children(&observer, &fresh).await.is_empty() },
+    )
+    .await;
+
+    // A hot lock: its directory exists and was just used, so no directory create, and the
+    // listing goes right behind the node's create.
+    let hot = format!("{parent}/hot");
+    drop(session.lock(&hot).acquire().await.unwrap());
+    let (requests, last) = sent_before_any_answer(&zk, &proxy, &session, &hot, 2).await;
+    assert_eq!(
+        (requests, last.as_deref()),
+        (2, Some("GETC")),
+        "a hot lock: want the node's create and the listing sent before any answer, no directory create"
+    );
+
+    // A lock whose directory the container check removed while it was idle: the first time,
+    // the create finds it missing (the session learns how soon the server removes them); after
+    // the next removal, its create goes in front again.
+    let idle = format!("{parent}/idle");
+    let first = tokio::time::Instant::now();
+    drop(session.lock(&idle).acquire().await.unwrap());
+    until_gone(&observer, &idle).await;
+    let second = tokio::time::Instant::now();
+    drop(session.lock(&idle).acquire().await.unwrap());
+    until_gone(&observer, &idle).await;
+    // Idle at least as long as before the removal the session learned from (it takes half of
+    // that as the time after which a directory is likely gone).
+    tokio::time::sleep_until(second + (second - first)).await;
+    let (requests, last) = sent_before_any_answer(&zk, &proxy, &session, &idle, 3).await;
+    assert_eq!(
+        (requests, last.as_deref()),
+        (3, Some("GETC")),
+        "a directory seen removed while idle: want its create in front of the node's create and the listing"
+    );
+    eventually(Duration::from_secs(10), "no node left", || async {
+        children(&observer, &idle).await.is_empty() && children(&observer, &hot).await.is_empty()
+    })
+    .await;
+    session.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_waiters_of_one_session_that_enqueue_together_share_listings_and_are_granted_in_order()
+{
+    const WAITERS: usize = 200;
+    let zk = shared_ensemble();
+    let session = connect(&zk.connect_string(), Duration::from_secs(4)).await;
+    let dir = unique_path("shared-listing");
+    let holder = session.lock(&dir).acquire().await.unwrap();
+    let before = session.metrics();
+    let (granted_tx, mut granted_rx) = tokio::sync::mpsc::unbounded_channel();
+    let mut waiters = Vec::new();
+    for i in 0..WAITERS {
+        let lock = session.lock(&dir);
+        let granted = granted_tx.clone();
+        waiters.push(tokio::spawn(async move {
+            let lease = lock.acquire().await.unwrap();
+            granted.send((i, lease.token())).unwrap();
+            // Held briefly, then released: the next waiter's turn.
+            drop(lease);
+        }));
+    }
+    // Every waiter sets one watch once it has read where it stands.
+    eventually(Duration::from_secs(30), "every waiter queued", || async {
+        session.metrics().watches - before.watches >= WAITERS as u64
+    })
+    .await;
+    let listings = session.metrics().listings - before.listings;
+    assert!(
+        listings <= WAITERS as u64 / 4,
+        "{WAITERS} waiters enqueued together listed the directory {listings} times: want at most {} (shared listings)",
+        WAITERS / 4
+    );
+    drop(holder);
+    let mut tokens = Vec::new();
+    for _ in 0..WAITERS {
+        let (_, token) = within(
+            Duration::from_secs(60),
+            "every waiter granted",
+            granted_rx.recv(),
+        )
+        .await
+        .unwrap();
+        tokens.push(token);
+    }
+    assert!(
+        tokens.windows(2).all(|w| w[0] < w[1]),
+        "grants in queue order (tokens ascending)"
+    );
+    for w in waiters {
+        w.await.unwrap();
+    }
+    eventually(Duration::from_secs(10), "no node left", || async {
+        children(&session, &dir).await.is_empty()
+    })
+    .await;
+}
