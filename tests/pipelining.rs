@@ -166,41 +166,49 @@ async fn an_acquire_sends_its_listing_behind_its_create_and_the_directory_in_fro
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_waiters_of_one_session_that_enqueue_together_share_listings_and_are_granted_in_order()
-{
+async fn waiters_that_enqueue_together_share_listings_and_a_deep_queue_drains_without_listing_again(
+) {
+    const SESSIONS: usize = 4;
     const WAITERS: usize = 200;
     let zk = shared_ensemble();
-    let session = connect(&zk.connect_string(), Duration::from_secs(4)).await;
+    let mut sessions = Vec::new();
+    for _ in 0..SESSIONS {
+        sessions.push(connect(&zk.connect_string(), Duration::from_secs(4)).await);
+    }
+    let listings =
+        |sessions: &[Session]| -> u64 { sessions.iter().map(|s| s.metrics().listings).sum() };
+    let watches =
+        |sessions: &[Session]| -> u64 { sessions.iter().map(|s| s.metrics().watches).sum() };
     let dir = unique_path("shared-listing");
-    let holder = session.lock(&dir).acquire().await.unwrap();
-    let before = session.metrics();
+    let holder = sessions[0].lock(&dir).acquire().await.unwrap();
+    let (listings_before, watches_before) = (listings(&sessions), watches(&sessions));
     let (granted_tx, mut granted_rx) = tokio::sync::mpsc::unbounded_channel();
     let mut waiters = Vec::new();
     for i in 0..WAITERS {
-        let lock = session.lock(&dir);
+        let lock = sessions[i % SESSIONS].lock(&dir);
         let granted = granted_tx.clone();
         waiters.push(tokio::spawn(async move {
             let lease = lock.acquire().await.unwrap();
-            granted.send((i, lease.token())).unwrap();
-            // Held briefly, then released: the next waiter's turn.
+            granted.send(lease.token()).unwrap();
+            // Released at once: the next waiter's turn.
             drop(lease);
         }));
     }
     // Every waiter sets one watch once it has read where it stands.
     eventually(Duration::from_secs(30), "every waiter queued", || async {
-        session.metrics().watches - before.watches >= WAITERS as u64
+        watches(&sessions) - watches_before >= WAITERS as u64
     })
     .await;
-    let listings = session.metrics().listings - before.listings;
+    let enqueue_listings = listings(&sessions) - listings_before;
     assert!(
-        listings <= WAITERS as u64 / 4,
-        "{WAITERS} waiters enqueued together listed the directory {listings} times: want at most {} (shared listings)",
+        enqueue_listings <= WAITERS as u64 / 4,
+        "{WAITERS} waiters on {SESSIONS} sessions enqueued together listed the directory {enqueue_listings} times: want at most {} (shared listings)",
         WAITERS / 4
     );
     drop(holder);
     let mut tokens = Vec::new();
     for _ in 0..WAITERS {
-        let (_, token) = within(
+        let token = within(
             Duration::from_secs(60),
             "every waiter granted",
             granted_rx.recv(),
@@ -209,15 +217,22 @@ async fn the_waiters_of_one_session_that_enqueue_together_share_listings_and_are
         .unwrap();
         tokens.push(token);
     }
+    let drain_listings = listings(&sessions) - listings_before - enqueue_listings;
+    eprintln!("{WAITERS} waiters on {SESSIONS} sessions: {enqueue_listings} listings to enqueue, {drain_listings} to drain");
     assert!(
         tokens.windows(2).all(|w| w[0] < w[1]),
         "grants in queue order (tokens ascending)"
+    );
+    assert!(
+        drain_listings <= WAITERS as u64 / 4,
+        "draining {WAITERS} waiters in order listed the queue {drain_listings} times: want at most {} (the few nodes ahead checked instead)",
+        WAITERS / 4
     );
     for w in waiters {
         w.await.unwrap();
     }
     eventually(Duration::from_secs(10), "no node left", || async {
-        children(&session, &dir).await.is_empty()
+        children(&sessions[0], &dir).await.is_empty()
     })
     .await;
 }

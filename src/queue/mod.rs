@@ -138,6 +138,9 @@ struct Listing {
     /// Our nodes' marker, and whether a second node of ours with it may exist.
     marker: String,
     check_orphans: bool,
+    /// Our create's number, when known: the session's listings sent after it show every
+    /// node that can be ahead of us.
+    created_number: Option<u64>,
 }
 
 /// One contender in a queue, as [`Lock::contenders`](crate::Lock::contenders) reports it.
@@ -639,6 +642,7 @@ impl Queue {
             marker: pending.marker.clone(),
             // A fixed uuid (tests) may be shared with a node of an earlier join.
             check_orphans: pending.uncertain || self.uuid.is_some(),
+            created_number: Some(enqueued.number),
         }
     }
 
@@ -790,6 +794,7 @@ impl Queue {
                 } => (watched, holds_when_gone),
             };
             let predecessor = format!("{}/{}", self.dir, queue[watched].1);
+            let predecessor_sequence = queue[watched].0;
             // The listing can be large (every contender's name): do not keep it across the
             // wait, or a deep queue holds one copy per waiter.
             drop(queue);
@@ -801,9 +806,19 @@ impl Queue {
                     continue; // already gone: look again
                 };
                 tracing::info!(%predecessor, "waiting on predecessor");
-                predecessor_watch.changed().await?;
+                let event = predecessor_watch.changed().await?;
                 woke = Some(telemetry::Woke::now());
                 Counters::bump(&shared.counters.wakeups);
+                if event == NodeEvent::Deleted {
+                    if let Some(own_watch) = self
+                        .all_ahead_gone(&created, predecessor_sequence, &listing)
+                        .await?
+                    {
+                        let grant = self.grant(created, Some(own_watch)).await?;
+                        telemetry::release_to_grant(&tag, woke);
+                        return Ok(grant);
+                    }
+                }
                 continue;
             }
             // Second in line, we hold on the predecessor's deletion alone, without listing
@@ -858,6 +873,42 @@ impl Queue {
         }
     }
 
+    /// After the node we watched deeper in the queue (at `gone`) was deleted: our node's
+    /// watch if we now hold, `None` to list again. A lock's waiter holds once every node
+    /// ahead of it is gone and its own exists; the session's latest listing of the queue
+    /// names every node that can still be ahead (nothing new can appear ahead of us), and
+    /// when they are few they are checked in one round trip instead of listing the whole
+    /// queue: in a deep queue drained in order, each handoff reads a few nodes, not all.
+    async fn all_ahead_gone(
+        &self,
+        created: &crate::session::Created,
+        gone: i32,
+        listing: &Listing,
+    ) -> Result<Option<NodeWatch>> {
+        if self.admission() != Admission::Exclusive {
+            return Ok(None);
+        }
+        let shared = self.shared();
+        let Some(created_number) = listing.created_number else {
+            return Ok(None);
+        };
+        let Some(ahead) = shared.listings.ahead_of(&self.dir, created_number, gone) else {
+            return Ok(None);
+        };
+        let ahead: Vec<String> = ahead
+            .into_iter()
+            .map(|name| format!("{}/{name}", self.dir))
+            .collect();
+        match shared.all_gone_and_watch(&ahead, &created.path).await? {
+            (true, Some(own_watch)) => {
+                tracing::debug!(checked = ahead.len(), "every node ahead is gone");
+                Ok(Some(own_watch))
+            }
+            // Someone is still ahead, or our node is gone: the listing says which.
+            _ => Ok(None),
+        }
+    }
+
     /// Issues the grant if the lease clock vouches for the session now. Otherwise (the
     /// session went quiet while we waited, so the notification may be stale) it confirms our
     /// node with the leader, and waits until the clock vouches again: after an outage that is
@@ -901,6 +952,11 @@ impl Queue {
             }
         }
         tracing::info!(%node, token = created.czxid, sequence = created.sequence, "granted");
+        if self.admission() == Admission::Exclusive {
+            shared
+                .listings
+                .granted_exclusive(&self.dir, created.sequence);
+        }
         Ok(Grant {
             node,
             sequence: created.sequence,
@@ -1000,6 +1056,7 @@ impl Queue {
             after: None,
             marker: marker.to_string(),
             check_orphans: true,
+            created_number: None,
         };
         self.wait(created, listing, &mut progress).await
     }

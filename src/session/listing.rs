@@ -39,6 +39,34 @@ pub(crate) struct Listings {
     /// client, so that numbers and the order on the wire agree.
     sent: Mutex<u64>,
     in_flight: Mutex<HashMap<String, InFlight>>,
+    known: Mutex<HashMap<String, Known>>,
+}
+
+/// How many nodes ahead of a deleted predecessor a waiter checks in one round trip instead
+/// of listing the whole queue again.
+pub(crate) const MAX_CHECKED_AHEAD: usize = 16;
+
+/// Queues kept: a listing is kept only when it is deeper than this (below it, listing again
+/// costs about what checking would), and for at most this many directories.
+const DEEP: usize = 2 * MAX_CHECKED_AHEAD;
+const MAX_KNOWN: usize = 256;
+
+/// What the session knows of a deep queue beyond a waiter's own listing.
+#[derive(Default)]
+struct Known {
+    /// The latest listing, with its number.
+    latest: Option<(u64, QueueListing)>,
+    /// A sequence below which no node exists any more (they never come back): the head of a
+    /// listing, or a node of ours granted an exclusive hold.
+    floor: Option<i32>,
+}
+
+impl Known {
+    fn raise_floor(&mut self, sequence: i32) {
+        if !self.floor.is_some_and(|f| sequence.wrapping_sub(f) <= 0) {
+            self.floor = Some(sequence);
+        }
+    }
 }
 
 struct InFlight {
@@ -79,6 +107,9 @@ impl Sent {
             Err(zk::Error::NoNode) => Ok(None),
             Err(e) => Err(e),
         };
+        if let Ok(Some(queue)) = &listed {
+            self.listings.listed(&self.dir, self.number, queue);
+        }
         let answer = (listed, self.sent_at);
         self.answer.send_replace(Some(answer.clone()));
         answer
@@ -149,6 +180,53 @@ impl Listings {
             },
             request,
         )
+    }
+}
+
+/// What the session knows of the nodes ahead of a waiter, for the waiter to check instead
+/// of listing a deep queue again.
+impl Listings {
+    fn listed(&self, dir: &str, number: u64, queue: &QueueListing) {
+        let mut known = self.known.lock().unwrap();
+        if queue.len() <= DEEP && !known.contains_key(dir) {
+            return;
+        }
+        if known.len() >= MAX_KNOWN && !known.contains_key(dir) {
+            known.clear();
+        }
+        let entry = known.entry(dir.to_string()).or_default();
+        if let Some((head, _)) = queue.first() {
+            entry.raise_floor(*head);
+        }
+        entry.latest = (queue.len() > DEEP).then(|| (number, queue.clone()));
+    }
+
+    /// A node of ours at `sequence` holds exclusively: every node ahead of it is gone.
+    pub(crate) fn granted_exclusive(&self, dir: &str, sequence: i32) {
+        if let Some(entry) = self.known.lock().unwrap().get_mut(dir) {
+            entry.raise_floor(sequence);
+        }
+    }
+
+    /// The names of every node that may still exist ahead of `sequence`, for a waiter whose
+    /// create was request `created` (only a listing sent after it shows every node that was
+    /// ahead of the waiter): `None` if the session does not know them, or they are more than
+    /// [`MAX_CHECKED_AHEAD`].
+    pub(crate) fn ahead_of(&self, dir: &str, created: u64, sequence: i32) -> Option<Vec<String>> {
+        let known = self.known.lock().unwrap();
+        let entry = known.get(dir)?;
+        let (number, queue) = entry.latest.as_ref()?;
+        if *number <= created {
+            return None;
+        }
+        let reference = queue.first()?.0;
+        let distance = |seq: i32| seq.wrapping_sub(reference);
+        let end = queue.partition_point(|(seq, _)| distance(*seq) < distance(sequence));
+        let start = entry.floor.map_or(0, |floor| {
+            queue.partition_point(|(seq, _)| distance(*seq) < distance(floor))
+        });
+        let ahead = queue.get(start..end)?;
+        (ahead.len() <= MAX_CHECKED_AHEAD).then(|| ahead.iter().map(|(_, n)| n.clone()).collect())
     }
 }
 
@@ -268,6 +346,28 @@ mod tests {
         dirs.found_missing("/b");
         std::thread::sleep(MIN_REMOVAL_AFTER + Duration::from_millis(20));
         assert!(!dirs.likely_missing("/a"));
+    }
+
+    #[test]
+    fn the_nodes_ahead_are_known_from_a_later_deep_listing_and_above_the_floor() {
+        let listings = Listings::default();
+        let names: Vec<String> = (0..40).map(|i| format!("_c_x-lock-{:010}", i)).collect();
+        let queue: QueueListing = Arc::new(node::queue_order(names.clone()));
+        listings.listed("/d", 5, &queue);
+        assert_eq!(listings.ahead_of("/d", 5, 20), None, "listed before our create");
+        assert_eq!(listings.ahead_of("/d", 4, 20), None, "20 ahead: more than we check");
+        listings.granted_exclusive("/d", 15);
+        assert_eq!(
+            listings.ahead_of("/d", 4, 20),
+            Some(names[15..20].to_vec()),
+            "from the node of ours granted on"
+        );
+        listings.granted_exclusive("/d", 19);
+        assert_eq!(listings.ahead_of("/d", 4, 19), Some(vec![]));
+        // A shallow queue is not kept: listing it again costs about what checking would.
+        let shallow: QueueListing = Arc::new(node::queue_order(names[..3].to_vec()));
+        listings.listed("/d", 6, &shallow);
+        assert_eq!(listings.ahead_of("/d", 4, 2), None);
     }
 
     #[test]

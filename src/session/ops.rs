@@ -378,6 +378,31 @@ impl Shared {
         Ok((watch(a), watch(b)))
     }
 
+    /// In one round trip: whether every one of `ahead` is gone, and a watch on `own` (`None`
+    /// if it does not exist). The reads of `ahead` set no watch: a watch on a missing node
+    /// would wait for its creation, forever.
+    pub(crate) async fn all_gone_and_watch(
+        &self,
+        ahead: &[String],
+        own: &str,
+    ) -> Result<(bool, Option<NodeWatch>)> {
+        Counters::bump(&self.counters.watches);
+        let (all_gone, (stat, watcher)) = self
+            .read("check ahead", own, || {
+                let ahead: Vec<_> = ahead.iter().map(|p| self.client.check_stat(p)).collect();
+                let own = self.client.check_and_watch_stat(own);
+                async move {
+                    let mut all_gone = true;
+                    for stat in ahead {
+                        all_gone &= stat.await?.is_none();
+                    }
+                    Ok((all_gone, own.await?))
+                }
+            })
+            .await?;
+        Ok((all_gone, stat.map(|_| NodeWatch::new(watcher))))
+    }
+
     /// Waits until `path` does not exist. Cancel safe.
     pub(crate) async fn wait_deleted(&self, path: &str) -> Result<()> {
         loop {
