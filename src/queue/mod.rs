@@ -7,20 +7,29 @@
 //! # Algorithm
 //!
 //! 1. **Enqueue** — create `{dir}/{prefix}` as ephemeral-sequential, where the prefix carries
-//!    a fresh uuid. The directory is created only when the create says `NoNode` (so the hot
-//!    path has one write). If the create's outcome is unknown (connection loss), list the
-//!    children and adopt a node carrying our uuid *and* owned by our session; otherwise create
-//!    again. A node of another session is never adopted.
-//! 2. **Position** — list the children, keep those ending in a sequence, sort them by it
-//!    (serial-number order, right across the counter's wrap). The admission rule says whether
-//!    we hold, or which one node to wait on.
+//!    a fresh uuid, and send the listing of step 2 right behind it, before the create is
+//!    answered: the session's requests are answered in order, so the listing shows our node,
+//!    and both take one round trip. The directory's create goes in front, in the same round
+//!    trip, only when the session thinks it likely missing (never seen, or idle longer than
+//!    the server has been seen to keep an empty container: `session/listing.rs`); otherwise
+//!    it is made only when our create says `NoNode`, so a hot lock writes one node per cycle.
+//!    If the create's outcome is unknown (connection loss), list the children and adopt a
+//!    node carrying our uuid *and* owned by our session; otherwise create again. A node of
+//!    another session is never adopted. (`enqueue.rs`)
+//! 2. **Position** — keep the children ending in a sequence, sorted by it (serial-number
+//!    order, right across the counter's wrap). The admission rule says whether we hold, or
+//!    which one node to wait on. Waiters of one session in one directory share listings: one
+//!    sent after each one's create serves them all.
 //! 3. **Wait on one node** — watch that node. One release wakes one waiter: no herd. When
 //!    it was the last obstacle in our last listing (we are second in line), our own node is
 //!    watched in the same round trip, and on the watched node's deletion we hold without
 //!    listing again (sequence numbers only grow, so nothing can have appeared ahead of us) —
 //!    unless our own node's watch fired first (events arrive in zxid order): someone deleted
 //!    our node, and nothing is held. Deeper in the queue, a deletion sends us back to step 2,
-//!    whose listing shows whether our node still exists.
+//!    whose listing shows whether our node still exists — unless the session knows every node
+//!    that can still be ahead (its latest listing, above the last node it saw hold) and they
+//!    are few: then one round trip reads them and our own node, and if they are all gone and
+//!    ours is there, we hold.
 //! 4. **Leave** — delete our node by its full path. A cancelled wait (a dropped future) hands
 //!    the delete to a background task; if the create's outcome was unknown, the task finds the
 //!    node by uuid first.
@@ -30,22 +39,26 @@
 //! node with the leader first.
 
 mod admission;
+mod contender;
+mod enqueue;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
 use tracing::Instrument;
-use zookeeper_client as zk;
 
 use crate::error::{Error, Result};
-use crate::node::{self, Kind, NodeFormat, OwnerInfo};
-use crate::session::{Acquiring, Counters, NodeEvent, NodeWatch, QueueListing, Session, Shared};
+use crate::node::{self, Kind, NodeFormat};
+use crate::session::{Counters, Created, NodeEvent, NodeWatch, QueueListing, Session, Shared};
 use crate::telemetry::{self, Recipe, Tag};
-use crate::token::FencingToken;
 
 pub(crate) use admission::Admission;
 use admission::Place;
+pub(crate) use contender::list_contenders;
+pub use contender::Contender;
+pub(crate) use enqueue::Owner;
+use enqueue::{find_own, Enqueued, Pending};
 
 /// How long an acquire that failed or timed out waits for its own cleanup before handing it
 /// to the background: the error must come back within its deadline plus this, even when the
@@ -68,32 +81,6 @@ pub(crate) struct Queue {
     owner: Owner,
     /// Fixed contender uuid, for tests that need a collision; normally a fresh one per join.
     uuid: Option<uuid::Uuid>,
-}
-
-/// What our nodes carry as data.
-#[derive(Clone, Debug)]
-pub(crate) enum Owner {
-    /// [`OwnerInfo`] of this process, stamped at each enqueue.
-    ThisProcess { id: Option<String> },
-    /// A semaphore's permit: [`OwnerInfo`] of this process with the semaphore's limit, which
-    /// every participant reads to refuse a different one.
-    Permit { id: Option<String>, permits: usize },
-    /// Bytes given by the user (e.g. a Kazoo identifier).
-    Raw(Vec<u8>),
-}
-
-impl Owner {
-    fn data(&self) -> Vec<u8> {
-        match self {
-            Owner::ThisProcess { id } => OwnerInfo::for_this_process(id.as_deref()).encode(),
-            Owner::Permit { id, permits } => OwnerInfo {
-                permits: Some(*permits),
-                ..OwnerInfo::for_this_process(id.as_deref())
-            }
-            .encode(),
-            Owner::Raw(data) => data.clone(),
-        }
-    }
 }
 
 /// Our node, granted.
@@ -120,14 +107,6 @@ struct Progress {
     holder: Option<String>,
 }
 
-/// Our node, just created, and the listing sent right behind its create, if answered.
-struct Enqueued {
-    created: crate::session::Created,
-    /// The create's number among the session's ordered requests.
-    number: u64,
-    listed: Option<QueueListing>,
-}
-
 /// How step 2 reads the queue for one waiter.
 struct Listing {
     /// The listing sent behind our create, read once.
@@ -141,194 +120,6 @@ struct Listing {
     /// Our create's number, when known: the session's listings sent after it show every
     /// node that can be ahead of us.
     created_number: Option<u64>,
-}
-
-/// One contender in a queue, as [`Lock::contenders`](crate::Lock::contenders) reports it.
-///
-/// ```no_run
-/// # async fn f(session: zkfence::Session) -> zkfence::Result<()> {
-/// for (i, c) in session.lock("/locks/backup").contenders().await?.iter().enumerate() {
-///     let role = if i == 0 { "holds" } else { "waits" };
-///     println!("{role}: token {} by {} (session {:#x})", c.token, c.owner, c.session_id);
-/// }
-/// # Ok(()) }
-/// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Contender {
-    /// Full path of the contender's node.
-    pub node: String,
-    /// The fencing token it holds or will hold: its node's creation zxid.
-    pub token: FencingToken,
-    /// The node's sequence number, which orders the queue.
-    pub sequence: i32,
-    /// The ZooKeeper session that owns the node.
-    pub session_id: i64,
-    /// Owner metadata from the node's data.
-    pub owner: OwnerInfo,
-    /// When the node was created, in Unix milliseconds (server clock).
-    pub created_ms: i64,
-}
-
-/// "ID (host, pid N), token T, session 0x…": how zkfence names a contender to an operator.
-impl std::fmt::Display for Contender {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "{} with token {}, session 0x{:x}",
-            self.owner, self.token, self.session_id as u64
-        )
-    }
-}
-
-impl Contender {
-    /// True for the read side of a read/write lock (ours, Curator's `__READ__` or Kazoo's
-    /// `__rlock__` node), which holds together with the other readers ahead of any writer;
-    /// false for every exclusive contender (a lock, a writer, a candidate, a permit).
-    ///
-    /// ```
-    /// # use zkfence::{Contender, FencingToken, OwnerInfo};
-    /// let reader = Contender {
-    ///     node: "/locks/catalog/_c_0f1e-__READ__0000000003".into(),
-    ///     token: FencingToken::new(7),
-    ///     sequence: 3,
-    ///     session_id: 1,
-    ///     owner: OwnerInfo::default(),
-    ///     created_ms: 0,
-    /// };
-    /// assert!(reader.is_shared());
-    /// ```
-    pub fn is_shared(&self) -> bool {
-        node::is_shared(self.node.rsplit('/').next().unwrap_or(&self.node))
-    }
-}
-
-/// Our node between create and grant. If dropped while armed (the acquire was cancelled),
-/// it removes the node in the background.
-struct Pending {
-    shared: Arc<Shared>,
-    dir: String,
-    marker: String,
-    /// Known once the create was answered (or our node found again).
-    node: Option<String>,
-    /// A create was sent, so a node may exist even if `node` is unknown.
-    sent: bool,
-    /// A create's outcome was unknown: one of ours may commit late, beside the node we use.
-    uncertain: bool,
-    armed: bool,
-    /// While our node waits, the lease clock's keepalive must be a proof.
-    _acquiring: Acquiring,
-}
-
-impl Pending {
-    fn disarm(&mut self) {
-        self.armed = false;
-    }
-
-    /// Removes whatever node we may have; waits for that at most [`CLEANUP_GRACE`], then
-    /// leaves it to the background.
-    async fn cleanup(&mut self) {
-        if !std::mem::replace(&mut self.armed, false) {
-            return;
-        }
-        let task = tokio::spawn(cleanup(
-            self.shared.clone(),
-            self.dir.clone(),
-            self.marker.clone(),
-            self.node.take(),
-            self.sent,
-        ));
-        if tokio::time::timeout(CLEANUP_GRACE, task).await.is_err() {
-            tracing::debug!(dir = %self.dir, "no answer yet while leaving the queue: the delete goes on in the background");
-        }
-    }
-}
-
-impl Drop for Pending {
-    fn drop(&mut self) {
-        if self.armed {
-            let (shared, dir, marker, node, sent) = (
-                self.shared.clone(),
-                self.dir.clone(),
-                self.marker.clone(),
-                self.node.take(),
-                self.sent,
-            );
-            crate::session::spawn_detached(cleanup(shared, dir, marker, node, sent));
-        }
-    }
-}
-
-async fn cleanup(
-    shared: Arc<Shared>,
-    dir: String,
-    marker: String,
-    node: Option<String>,
-    sent: bool,
-) {
-    let node = match node {
-        Some(node) => Some(node),
-        // The create may still have happened: requests on one connection are answered in
-        // order, so listing after it sees its result.
-        None if sent => match find_own(&shared, &dir, &marker).await {
-            Ok(Some(created)) => Some(created.path),
-            Ok(None) => {
-                // Unless the connection broke in between and the create commits late: look
-                // once more, later, in the background, so no orphan outlives this.
-                let (shared, dir, marker) = (shared.clone(), dir.clone(), marker.clone());
-                crate::session::spawn_detached(async move {
-                    tokio::time::sleep(shared.session_timeout / 2).await;
-                    if let Ok(Some(created)) = find_own(&shared, &dir, &marker).await {
-                        tracing::warn!(node = %created.path, "deleting a late-committed node of a cancelled acquire");
-                        let _ = shared.delete_until_gone(&created.path).await;
-                    }
-                });
-                None
-            }
-            Err(_) => None,
-        },
-        None => None,
-    };
-    if let Some(node) = node {
-        match shared.delete_until_gone(&node).await {
-            Ok(()) => tracing::debug!(%node, "left the queue"),
-            Err(err) => {
-                tracing::warn!(%node, %err, "could not delete our node; it disappears with the session")
-            }
-        }
-    }
-}
-
-/// Finds our node after a create whose outcome is unknown: a child carrying our marker and
-/// owned by our session.
-async fn find_own(
-    shared: &Shared,
-    dir: &str,
-    marker: &str,
-) -> Result<Option<crate::session::Created>> {
-    // A server behind the leader could miss a create that committed: catch up first (rare
-    // path: only after a lost answer).
-    shared.sync(dir).await?;
-    let Some(children) = shared.list(dir).await? else {
-        return Ok(None);
-    };
-    let my_session = shared.client.session_id().0;
-    for name in children.into_iter().filter(|c| c.starts_with(marker)) {
-        let Some(sequence) = node::sequence_of(&name) else {
-            continue;
-        };
-        let path = format!("{dir}/{name}");
-        if let Some(stat) = shared.stat(&path).await? {
-            if stat.ephemeral_owner == my_session {
-                return Ok(Some(crate::session::Created {
-                    path,
-                    sequence,
-                    czxid: stat.czxid,
-                }));
-            }
-            tracing::warn!(node = %path, owner = stat.ephemeral_owner, "ignoring a node with our uuid owned by another session");
-        }
-    }
-    Ok(None)
 }
 
 impl Queue {
@@ -401,20 +192,6 @@ impl Queue {
         Admission::of(self.kind)
     }
 
-    fn pending(&self, uuid: &uuid::Uuid) -> Pending {
-        let shared = self.shared();
-        Pending {
-            _acquiring: Acquiring::new(&shared),
-            shared,
-            dir: self.dir.clone(),
-            marker: self.format.marker(uuid),
-            node: None,
-            sent: false,
-            uncertain: false,
-            armed: true,
-        }
-    }
-
     /// Joins the queue and waits until the admission rule lets us hold.
     ///
     /// Cancel safe: dropping the future removes our node in the background. On an error or
@@ -460,26 +237,6 @@ impl Queue {
                 pending.cleanup().await;
                 Err(err)
             }
-        }
-    }
-
-    /// `name (owner)` of a contender, for error messages; one read, only on the error path,
-    /// and bounded so a silent ensemble does not delay the error.
-    /// The holder named `name`, read (bounded) for [`Error::Timeout`]; `None` if it could
-    /// not be read (gone meanwhile, or no answer).
-    async fn describe(&self, name: Option<&str>) -> Option<Box<Contender>> {
-        let name = name?;
-        let path = format!("{}/{name}", self.dir);
-        match tokio::time::timeout(CLEANUP_GRACE, self.shared().data(&path)).await {
-            Ok(Ok(Some((data, stat)))) => Some(Box::new(Contender {
-                node: path,
-                token: FencingToken::from_zxid(stat.czxid),
-                sequence: node::sequence_of(name).unwrap_or_default(),
-                session_id: stat.ephemeral_owner,
-                owner: OwnerInfo::decode(&data),
-                created_ms: stat.ctime,
-            })),
-            _ => None,
         }
     }
 
@@ -545,95 +302,6 @@ impl Queue {
         self.wait(enqueued.created, listing, progress).await
     }
 
-    /// Step 1: the protected create, with the listing of step 2 sent right behind it (and,
-    /// when the directory is likely missing, the directory's create in front): one round trip
-    /// for all three.
-    async fn enqueue(&self, uuid: &uuid::Uuid, pending: &mut Pending) -> Result<Enqueued> {
-        let shared = self.shared();
-        let prefix = format!("{}/{}", self.dir, self.format.prefix(uuid, self.kind));
-        let data = self.owner.data();
-        // A semaphore's waiters list with a watch on the children, which is theirs alone.
-        let list_behind = !matches!(self.admission(), Admission::Permits(_));
-        let mut directory_made = 0;
-        loop {
-            let in_front = shared.directories.likely_missing(&self.dir);
-            let directory = in_front.then(|| shared.create_directory_in_front(&self.dir));
-            pending.sent = true;
-            let (number, create) = shared.create_queue_node(&prefix, &data);
-            let (_, created, listed) = futures::join!(
-                async {
-                    if let Some(directory) = directory {
-                        directory.await;
-                    }
-                },
-                create,
-                async {
-                    if list_behind {
-                        shared.list_queue_after(&self.dir, number).await.ok()
-                    } else {
-                        None
-                    }
-                }
-            );
-            match created {
-                Ok(created) => {
-                    shared.directories.created_in(&self.dir);
-                    pending.node = Some(created.path.clone());
-                    tracing::info!(node = %created.path, token = created.czxid, sequence = created.sequence, "enqueued");
-                    return Ok(Enqueued {
-                        created,
-                        number,
-                        listed: listed.flatten(),
-                    });
-                }
-                Err(zk::Error::NoNode) => {
-                    pending.sent = false;
-                    shared.directories.found_missing(&self.dir);
-                    // A container directory can be removed between our mkdir and our create
-                    // (empty at the leader's check): make it again, a bounded number of times.
-                    directory_made += 1;
-                    if directory_made > MAX_DIRECTORY_RETRIES {
-                        return Err(Error::LockDirectoryDeleted {
-                            path: self.dir.clone(),
-                        });
-                    }
-                    if in_front {
-                        // The directory's own parent is missing: make the whole path.
-                        shared.make_dirs(&self.dir).await?;
-                    }
-                    // Otherwise the next round sends the directory's create in front.
-                }
-                Err(e) if crate::session::outcome_unknown(&e) => {
-                    pending.uncertain = true;
-                    if let Some(created) = find_own(&shared, &self.dir, &pending.marker).await? {
-                        tracing::info!(node = %created.path, token = created.czxid, "enqueued (found our node after a lost answer)");
-                        shared.directories.created_in(&self.dir);
-                        pending.node = Some(created.path.clone());
-                        let number = shared.listings.last_sent();
-                        return Ok(Enqueued {
-                            created,
-                            number,
-                            listed: None,
-                        });
-                    }
-                    tracing::debug!(dir = %self.dir, "create outcome unknown and no node of ours found: creating again");
-                }
-                Err(zk::Error::NoChildrenForEphemerals) => {
-                    pending.sent = false;
-                    return Err(Error::InvalidPath {
-                        path: self.dir.clone(),
-                        reason: "it is an ephemeral node, which cannot have children",
-                    });
-                }
-                Err(e) => {
-                    // A definite error: the server created nothing.
-                    pending.sent = false;
-                    return Err(Error::zk("create", &prefix, e));
-                }
-            }
-        }
-    }
-
     /// How step 2 reads the queue for the node `enqueued` made.
     fn listing(&self, enqueued: &Enqueued, pending: &Pending) -> Listing {
         Listing {
@@ -655,7 +323,7 @@ impl Queue {
     /// forever. It is deleted here; only a join that lost a create's answer looks for one.
     async fn position(
         &self,
-        created: &crate::session::Created,
+        created: &Created,
         listing: &mut Listing,
         progress: &mut Progress,
         watch_children: bool,
@@ -750,7 +418,7 @@ impl Queue {
     /// Steps 2 and 3 until we hold.
     async fn wait(
         &self,
-        created: crate::session::Created,
+        created: Created,
         mut listing: Listing,
         progress: &mut Progress,
     ) -> Result<Grant> {
@@ -881,7 +549,7 @@ impl Queue {
     /// queue: in a deep queue drained in order, each handoff reads a few nodes, not all.
     async fn all_ahead_gone(
         &self,
-        created: &crate::session::Created,
+        created: &Created,
         gone: i32,
         listing: &Listing,
     ) -> Result<Option<NodeWatch>> {
@@ -915,11 +583,7 @@ impl Queue {
     /// once a proof has covered a touch made after it (about a quarter of the timeout), so
     /// a waiter whose session went quiet is never told it holds on the strength of what it
     /// heard before. Gives up after the session timeout.
-    async fn grant(
-        &self,
-        created: crate::session::Created,
-        own_watch: Option<NodeWatch>,
-    ) -> Result<Grant> {
+    async fn grant(&self, created: Created, own_watch: Option<NodeWatch>) -> Result<Grant> {
         let shared = self.shared();
         let node = created.path;
         let mut clock_changes = shared.clock.clock.subscribe();
@@ -967,47 +631,6 @@ impl Queue {
             recipe: self.recipe,
         })
     }
-
-    /// Lists the contenders, holder first, with their owner data (bounded multi-reads).
-    pub(crate) async fn contenders(&self) -> Result<Vec<Contender>> {
-        node::validate_path(&self.dir)?;
-        list_contenders(&self.shared(), &self.dir, usize::MAX).await
-    }
-}
-
-/// The first `limit` contenders under `dir`, holder first, with their owner data. A
-/// contender that left between the listing and the read is skipped.
-pub(crate) async fn list_contenders(
-    shared: &Shared,
-    dir: &str,
-    limit: usize,
-) -> Result<Vec<Contender>> {
-    let Some(children) = shared.list(dir).await? else {
-        return Ok(vec![]);
-    };
-    let mut queue = node::queue_order(children);
-    queue.truncate(limit);
-    let paths: Vec<String> = queue
-        .iter()
-        .map(|(_, name)| format!("{dir}/{name}"))
-        .collect();
-    let read = shared.data_many(&paths).await?;
-    Ok(queue
-        .into_iter()
-        .zip(paths)
-        .zip(read)
-        .filter_map(|(((sequence, _), node), read)| {
-            let (data, stat) = read?;
-            Some(Contender {
-                node,
-                token: FencingToken::from_zxid(stat.czxid),
-                sequence,
-                session_id: stat.ephemeral_owner,
-                owner: OwnerInfo::decode(&data),
-                created_ms: stat.ctime,
-            })
-        })
-        .collect())
 }
 
 /// Entry points for a multi-lock, which creates the nodes of several queues in one
@@ -1029,10 +652,7 @@ impl Queue {
     }
 
     /// Our node carrying `marker` under this directory, owned by our session, if any.
-    pub(crate) async fn find_own_node(
-        &self,
-        marker: &str,
-    ) -> Result<Option<crate::session::Created>> {
+    pub(crate) async fn find_own_node(&self, marker: &str) -> Result<Option<Created>> {
         find_own(&self.shared(), &self.dir, marker).await
     }
 
@@ -1044,11 +664,7 @@ impl Queue {
     /// Steps 2 and 3 for a node someone else created (with `marker`): waits until it holds,
     /// under the same grant rule as [`join`](Self::join). Leaves the node on error: the
     /// caller owns it.
-    pub(crate) async fn wait_created(
-        &self,
-        created: crate::session::Created,
-        marker: &str,
-    ) -> Result<Grant> {
+    pub(crate) async fn wait_created(&self, created: Created, marker: &str) -> Result<Grant> {
         let mut progress = Progress::default();
         let listing = Listing {
             first: None,
@@ -1067,7 +683,7 @@ impl Queue {
     /// ours): the caller then goes the normal way, [`wait_created`](Self::wait_created).
     pub(crate) async fn grant_if_holds_in(
         &self,
-        created: &crate::session::Created,
+        created: &Created,
         children: Vec<String>,
         marker: &str,
     ) -> Result<Option<Grant>> {
@@ -1084,7 +700,7 @@ impl Queue {
         }
         match self.admission().place(&queue, index) {
             Place::Holds => {
-                let created = crate::session::Created {
+                let created = Created {
                     path: created.path.clone(),
                     sequence: created.sequence,
                     czxid: created.czxid,
@@ -1093,22 +709,5 @@ impl Queue {
             }
             Place::Waits { .. } | Place::WaitsForAnyChange => Ok(None),
         }
-    }
-
-    /// How many are ahead of `node` and who holds (`name (owner)`), for a timeout error;
-    /// bounded by the cleanup grace so a silent ensemble does not delay the error.
-    pub(crate) async fn progress_of(&self, node: &str) -> (usize, Option<Box<Contender>>) {
-        let listed = tokio::time::timeout(CLEANUP_GRACE, self.shared().list(&self.dir)).await;
-        let Ok(Ok(Some(children))) = listed else {
-            return (0, None);
-        };
-        let queue = node::queue_order(children);
-        let name = node.rsplit('/').next().unwrap_or(node);
-        let ahead = queue
-            .iter()
-            .position(|(_, n)| n == name)
-            .unwrap_or(queue.len());
-        let holder = queue.first().map(|(_, n)| n.clone());
-        (ahead, self.describe(holder.as_deref()).await)
     }
 }

@@ -354,8 +354,16 @@ mod tests {
         let names: Vec<String> = (0..40).map(|i| format!("_c_x-lock-{:010}", i)).collect();
         let queue: QueueListing = Arc::new(node::queue_order(names.clone()));
         listings.listed("/d", 5, &queue);
-        assert_eq!(listings.ahead_of("/d", 5, 20), None, "listed before our create");
-        assert_eq!(listings.ahead_of("/d", 4, 20), None, "20 ahead: more than we check");
+        assert_eq!(
+            listings.ahead_of("/d", 5, 20),
+            None,
+            "listed before our create"
+        );
+        assert_eq!(
+            listings.ahead_of("/d", 4, 20),
+            None,
+            "20 ahead: more than we check"
+        );
         listings.granted_exclusive("/d", 15);
         assert_eq!(
             listings.ahead_of("/d", 4, 20),
