@@ -157,7 +157,7 @@ impl MultiLease {
     /// Cancel safe: if the future is dropped, each lease deletes its node in the background.
     ///
     /// # Notable errors
-    /// - [`Error::SessionExpired`], [`Error::SessionClosed`]: the session ended, which
+    /// - [`Error::SessionExpired`](crate::Error::SessionExpired), [`Error::SessionClosed`](crate::Error::SessionClosed): the session ended, which
     ///   removed the nodes.
     ///
     /// ```no_run

@@ -79,7 +79,7 @@ const PARTIAL_FIND_RETRIES: usize = 5;
 ///
 /// Those of [`Lock`](crate::Lock), per path: mutual exclusion (each held path's [`Lease`]
 /// is told `Lost` before the ensemble can give that path to anyone else), FIFO per queue, no
-/// herd, and a [`FencingToken`] per path that grows with each grant of that path. A
+/// herd, and a [`FencingToken`](crate::FencingToken) per path that grows with each grant of that path. A
 /// multi-lock holds *all* its paths from the moment [`acquire`](Self::acquire) returns; while
 /// waiting it already stands (and may already be first) in some queues, as a plain waiter
 /// does.
