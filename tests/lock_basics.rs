@@ -185,7 +185,8 @@ async fn one_release_wakes_exactly_one_of_100_waiters() {
     );
 
     // The second release, too. Its waiter was third when it listed, so it cannot tell a
-    // release from an abandoned wait ahead of it and lists once more — it alone.
+    // release from an abandoned wait ahead of it: it reads the nodes its session knows may
+    // be ahead, or lists once more — it alone.
     let (wakeups, listings) = (sum(|m| m.wakeups), sum(|m| m.listings));
     first.release().await.unwrap();
     let (_, second) = within(STEP, "the second waiter's grant", rx.recv())
@@ -199,10 +200,9 @@ async fn one_release_wakes_exactly_one_of_100_waiters() {
         1,
         "one release must wake exactly one waiter"
     );
-    assert_eq!(
-        sum(|m| m.listings) - listings,
-        1,
-        "only the woken waiter lists again"
+    assert!(
+        sum(|m| m.listings) - listings <= 1,
+        "only the woken waiter may list again"
     );
     drop(second);
     // Drain: every waiter is granted in turn.
