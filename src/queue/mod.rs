@@ -477,15 +477,14 @@ impl Queue {
                 let event = predecessor_watch.changed().await?;
                 woke = Some(telemetry::Woke::now());
                 Counters::bump(&shared.counters.wakeups);
-                if event == NodeEvent::Deleted {
-                    if let Some(own_watch) = self
+                if event == NodeEvent::Deleted
+                    && self
                         .all_ahead_gone(&created, predecessor_sequence, &listing)
                         .await?
-                    {
-                        let grant = self.grant(created, Some(own_watch)).await?;
-                        telemetry::release_to_grant(&tag, woke);
-                        return Ok(grant);
-                    }
+                {
+                    let grant = self.grant(created, None).await?;
+                    telemetry::release_to_grant(&tag, woke);
+                    return Ok(grant);
                 }
                 continue;
             }
@@ -541,40 +540,40 @@ impl Queue {
         }
     }
 
-    /// After the node we watched deeper in the queue (at `gone`) was deleted: our node's
-    /// watch if we now hold, `None` to list again. A lock's waiter holds once every node
-    /// ahead of it is gone and its own exists; the session's latest listing of the queue
-    /// names every node that can still be ahead (nothing new can appear ahead of us), and
-    /// when they are few they are checked in one round trip instead of listing the whole
-    /// queue: in a deep queue drained in order, each handoff reads a few nodes, not all.
+    /// After the node we watched deeper in the queue (at `gone`) was deleted: true if we
+    /// now hold, false to list again. A lock's waiter holds once every node ahead of it is
+    /// gone and its own exists; the session's latest listing of the queue names every node
+    /// that can still be ahead (nothing new can appear ahead of us), and when they are few
+    /// they are read in one request instead of listing the whole queue: in a deep queue
+    /// drained in order, each handoff reads a few nodes, not all.
     async fn all_ahead_gone(
         &self,
         created: &Created,
         gone: i32,
         listing: &Listing,
-    ) -> Result<Option<NodeWatch>> {
+    ) -> Result<bool> {
         if self.admission() != Admission::Exclusive {
-            return Ok(None);
+            return Ok(false);
         }
         let shared = self.shared();
         let Some(created_number) = listing.created_number else {
-            return Ok(None);
+            return Ok(false);
         };
         let Some(ahead) = shared.listings.ahead_of(&self.dir, created_number, gone) else {
-            return Ok(None);
+            return Ok(false);
         };
         let ahead: Vec<String> = ahead
             .into_iter()
             .map(|name| format!("{}/{name}", self.dir))
             .collect();
-        match shared.all_gone_and_watch(&ahead, &created.path).await? {
-            (true, Some(own_watch)) => {
-                tracing::debug!(checked = ahead.len(), "every node ahead is gone");
-                Ok(Some(own_watch))
-            }
-            // Someone is still ahead, or our node is gone: the listing says which.
-            _ => Ok(None),
+        // Someone still ahead, or our node gone: the listing says which.
+        let holds = shared
+            .all_gone_and_own_exists(&ahead, &created.path)
+            .await?;
+        if holds {
+            tracing::debug!(checked = ahead.len(), "every node ahead is gone");
         }
+        Ok(holds)
     }
 
     /// Issues the grant if the lease clock vouches for the session now. Otherwise (the

@@ -378,29 +378,38 @@ impl Shared {
         Ok((watch(a), watch(b)))
     }
 
-    /// In one round trip: whether every one of `ahead` is gone, and a watch on `own` (`None`
-    /// if it does not exist). The reads of `ahead` set no watch: a watch on a missing node
-    /// would wait for its creation, forever.
-    pub(crate) async fn all_gone_and_watch(
+    /// In one request (a multi-read, answered at one point of the server's state): true if
+    /// every one of `ahead` is gone and `own` exists. No watch is set: a watch on a missing
+    /// node would wait for its creation, and one on our own node would notify its release.
+    pub(crate) async fn all_gone_and_own_exists(
         &self,
         ahead: &[String],
         own: &str,
-    ) -> Result<(bool, Option<NodeWatch>)> {
-        Counters::bump(&self.counters.watches);
-        let (all_gone, (stat, watcher)) = self
+    ) -> Result<bool> {
+        let results = self
             .read("check ahead", own, || {
-                let ahead: Vec<_> = ahead.iter().map(|p| self.client.check_stat(p)).collect();
-                let own = self.client.check_and_watch_stat(own);
-                async move {
-                    let mut all_gone = true;
-                    for stat in ahead {
-                        all_gone &= stat.await?.is_none();
-                    }
-                    Ok((all_gone, own.await?))
+                let mut reader = self.client.new_multi_reader();
+                for path in ahead.iter().map(String::as_str).chain([own]) {
+                    // Paths of listed nodes and our own: adding cannot fail.
+                    let _ = reader.add_get_data(path);
                 }
+                reader.commit()
             })
             .await?;
-        Ok((all_gone, stat.map(|_| NodeWatch::new(watcher))))
+        let gone = |r: &zk::MultiReadResult| {
+            matches!(
+                r,
+                zk::MultiReadResult::Error {
+                    err: zk::Error::NoNode
+                }
+            )
+        };
+        Ok(match results.split_last() {
+            Some((own, ahead)) => {
+                ahead.iter().all(gone) && matches!(own, zk::MultiReadResult::Data { .. })
+            }
+            None => false,
+        })
     }
 
     /// Waits until `path` does not exist. Cancel safe.
