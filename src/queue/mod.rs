@@ -296,7 +296,9 @@ impl Queue {
         pending: &mut Pending,
         progress: &mut Progress,
     ) -> Result<Grant> {
-        let enqueued = self.enqueue(uuid, pending).await?;
+        // Boxed here and below: a waiter's future is as large as its largest step, and it
+        // waits a long time in the small ones (10,000 waiters in one process).
+        let enqueued = Box::pin(self.enqueue(uuid, pending)).await?;
         tracing::Span::current().record("node", enqueued.created.path.as_str());
         let listing = self.listing(&enqueued, pending);
         self.wait(enqueued.created, listing, progress).await
@@ -431,15 +433,14 @@ impl Queue {
         // The latest notification that someone ahead left, for the release-to-grant time.
         let mut woke: Option<telemetry::Woke> = None;
         loop {
-            let (place, index, queue, children_watch) = self
-                .position(&created, &mut listing, progress, permits)
-                .await?;
+            let (place, index, queue, children_watch) =
+                Box::pin(self.position(&created, &mut listing, progress, permits)).await?;
             if !matches!(place, Place::Holds) && waiting.is_none() {
                 waiting = Some(telemetry::Waiting::start(&tag));
             }
             let (watched, holds_when_gone) = match place {
                 Place::Holds => {
-                    let grant = self.grant(created, None).await?;
+                    let grant = Box::pin(self.grant(created, None)).await?;
                     telemetry::release_to_grant(&tag, woke);
                     return Ok(grant);
                 }
@@ -470,7 +471,8 @@ impl Queue {
             if !holds_when_gone {
                 // Deeper in the queue: the deletion of what we watch only sends us back to
                 // list, and the listing shows whether our node still exists.
-                let Some(mut predecessor_watch) = shared.watch_node(&predecessor).await? else {
+                let Some(mut predecessor_watch) = Box::pin(shared.watch_node(&predecessor)).await?
+                else {
                     continue; // already gone: look again
                 };
                 tracing::info!(%predecessor, "waiting on predecessor");
@@ -478,11 +480,10 @@ impl Queue {
                 woke = Some(telemetry::Woke::now());
                 Counters::bump(&shared.counters.wakeups);
                 if event == NodeEvent::Deleted
-                    && self
-                        .all_ahead_gone(&created, predecessor_sequence, &listing)
+                    && Box::pin(self.all_ahead_gone(&created, predecessor_sequence, &listing))
                         .await?
                 {
-                    let grant = self.grant(created, None).await?;
+                    let grant = Box::pin(self.grant(created, None)).await?;
                     telemetry::release_to_grant(&tag, woke);
                     return Ok(grant);
                 }
@@ -493,7 +494,8 @@ impl Queue {
             // before the predecessor's (events arrive in zxid order), so a waiter whose node
             // was deleted is never granted.
             let mut connection = shared.mark_connection();
-            let (predecessor_watch, own_watch) = shared.watch_pair(&predecessor, &node).await?;
+            let (predecessor_watch, own_watch) =
+                Box::pin(shared.watch_pair(&predecessor, &node)).await?;
             let Some(mut own_watch) = own_watch else {
                 return Err(self.vanished(&node));
             };
@@ -530,7 +532,7 @@ impl Queue {
                     // last listing, nothing smaller than our sequence can appear since, and
                     // our node outlived it: we hold without listing again.
                     None => {
-                        let grant = self.grant(created, Some(own_watch)).await?;
+                        let grant = Box::pin(self.grant(created, Some(own_watch))).await?;
                         telemetry::release_to_grant(&tag, woke);
                         return Ok(grant);
                     }
