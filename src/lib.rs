@@ -146,6 +146,7 @@ mod lease;
 mod election;
 mod lock;
 mod multi_lock;
+mod revoke;
 mod semaphore;
 
 mod fence;

@@ -19,7 +19,8 @@ use crate::error::{Error, Result};
 pub(crate) use clock::{Acquiring, Holding};
 pub use ops::FencedOp;
 pub(crate) use ops::{
-    outcome_unknown, ChildrenWatch, Created, FencedFailure, NodeEvent, NodeWatch,
+    outcome_unknown, pause_before_retry, ChildrenWatch, Created, FencedFailure, NodeEvent,
+    NodeWatch,
 };
 /// Options for [`Session::connect`].
 ///
