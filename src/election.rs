@@ -364,9 +364,7 @@ impl Election {
                         None => (None, None),
                     },
                 };
-                let seen = info
-                    .as_ref()
-                    .map(|i| (i.node.clone(), i.owner.raw.clone()));
+                let seen = info.as_ref().map(|i| (i.node.clone(), i.owner.raw.clone()));
                 let vanished = led && info.is_none();
                 if !vanished && last.as_ref() != Some(&seen) {
                     if tx.send(Ok(info)).is_err() {

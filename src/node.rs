@@ -589,8 +589,14 @@ mod tests {
         assert_eq!(OwnerInfo::decode(&lines).proclaimed, None);
         // Another client's data without a newline, and no data at all.
         let kazoo = OwnerInfo::decode(&OwnerInfo::with_proclaimed(b"ident", b"v"));
-        assert_eq!((kazoo.id.as_deref(), kazoo.proclaimed.as_deref()), (Some("ident"), Some(&b"v"[..])));
+        assert_eq!(
+            (kazoo.id.as_deref(), kazoo.proclaimed.as_deref()),
+            (Some("ident"), Some(&b"v"[..]))
+        );
         let empty = OwnerInfo::decode(&OwnerInfo::with_proclaimed(b"", b"v"));
-        assert_eq!((empty.id, empty.proclaimed.as_deref()), (None, Some(&b"v"[..])));
+        assert_eq!(
+            (empty.id, empty.proclaimed.as_deref()),
+            (None, Some(&b"v"[..]))
+        );
     }
 }

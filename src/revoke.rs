@@ -109,13 +109,13 @@ impl Session {
         let name = node.rsplit('/').next().unwrap_or_default();
         if node::sequence_of(name).is_none() {
             return Err(not_a_lock_node(
-                "its name has no sequence number: is it the lock directory?",
+                "its name has no sequence number (is it the lock directory?)",
             ));
         }
         let shared = self.shared();
         loop {
             let Some(stat) = shared.stat(node).await? else {
-                return Err(not_a_lock_node("it does not exist: the holder may have left"));
+                return Err(not_a_lock_node("no such node (the holder may have left)"));
             };
             if stat.ephemeral_owner == 0 {
                 return Err(not_a_lock_node("it is not ephemeral"));
@@ -128,7 +128,7 @@ impl Session {
                     return Ok(());
                 }
                 Err(zookeeper_client::Error::NoNode) => {
-                    return Err(not_a_lock_node("it does not exist: the holder may have left"))
+                    return Err(not_a_lock_node("no such node (the holder may have left)"))
                 }
                 Err(zookeeper_client::Error::BadVersion) => continue,
                 Err(e) if crate::session::outcome_unknown(&e) => {
