@@ -16,6 +16,7 @@ mod exit;
 mod gc;
 mod metrics_endpoint;
 mod progress;
+mod revoke;
 mod signals;
 mod status;
 mod supervisor;
@@ -241,6 +242,11 @@ enum Command {
         /// Our name in `zkfence status` (default: CMD's command line).
         #[arg(long, value_name = "TEXT", help_heading = "Lock options")]
         id: Option<String>,
+        /// Let `zkfence revoke` (or Curator's Revoker) ask us to let go: a request is treated
+        /// like SIGTERM to CMD's group (SIGKILL after --grace); the lock is released once the
+        /// group is gone, and zkfence exits 79. Without it, requests are ignored.
+        #[arg(long, conflicts_with = "limit", help_heading = "Lock options")]
+        revocable: bool,
         /// How long CMD's group may take to exit after SIGTERM before it gets SIGKILL; cut to
         /// what the lease has left when it is running out (see above).
         #[arg(long, default_value = "5s", value_parser = duration::parse, value_name = "DUR", help_heading = "Lock options")]
@@ -322,6 +328,27 @@ enum Command {
         /// [CONTENDER...]}.
         #[arg(long)]
         json: bool,
+        #[command(flatten)]
+        remote: Remote,
+    },
+
+    /// Ask the holder of the lock LOCKPATH to let go (Curator's revocation: `__REVOKE__`
+    /// written as the data of the holder's node).
+    ///
+    /// A revocable holder stops and releases: `zkfence exec --revocable` treats it like
+    /// SIGTERM to CMD's group and exits 79, and a Curator `InterProcessMutex` made revocable
+    /// calls its RevocationListener. Any other holder ignores it. Nothing is released by
+    /// force. Exits 1 if nobody holds the lock.
+    ///
+    /// Example: zkfence revoke /locks/backup
+    #[command(after_long_help = exit::HELP)]
+    Revoke {
+        /// The lock directory.
+        lockpath: String,
+        /// Revoke this contender instead of the holder: its node's name under LOCKPATH (as
+        /// `zkfence status --json` lists it) or its full path.
+        #[arg(long, value_name = "NAME")]
+        node: Option<String>,
         #[command(flatten)]
         remote: Remote,
     },
@@ -671,6 +698,7 @@ enum Job {
     Elect(Global, elect::Options, Option<SocketAddr>),
     Status(Global, String, bool, status::Kind),
     Gc(Global, String, bool, bool),
+    Revoke(Global, String, Option<String>),
     EnsembleUp(usize, Duration, Duration),
     Demo,
 }
@@ -690,6 +718,7 @@ impl Job {
                 limit,
                 format,
                 id,
+                revocable,
                 grace,
                 metrics_addr,
                 remote,
@@ -711,6 +740,7 @@ impl Job {
                         grace,
                         shared,
                         limit: limit.map(|n| n as usize),
+                        revocable,
                         cmd,
                     },
                     metrics_addr,
@@ -758,6 +788,15 @@ impl Job {
                 let global = Global::from_args(remote, &outer)?;
                 Job::Status(global, electionpath, json, status::Kind::Election)
             }
+            Command::Revoke {
+                lockpath,
+                node,
+                remote,
+            } => {
+                check_path(&lockpath)?;
+                let global = Global::from_args(remote, &outer)?;
+                Job::Revoke(global, lockpath, node)
+            }
             Command::Gc {
                 path,
                 apply,
@@ -793,6 +832,7 @@ impl Job {
             }
             Job::Status(global, path, json, kind) => status::run(&global, &path, json, kind).await,
             Job::Gc(global, path, apply, json) => gc::run(&global, &path, apply, json).await,
+            Job::Revoke(global, path, node) => revoke::run(&global, &path, node.as_deref()).await,
             Job::EnsembleUp(nodes, tick_time, max_session_timeout) => {
                 ensemble::up(nodes, tick_time, max_session_timeout).await
             }

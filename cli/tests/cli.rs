@@ -666,3 +666,45 @@ async fn demo_keeps_every_promise() {
     assert!(ran.stdout.contains("all 5 promises held"), "{}", ran.stdout);
     assert!(!ran.stdout.contains('✘'));
 }
+
+/// Issue 24: `zkfence leader` prints what the leader proclaimed, in text and JSON.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leader_prints_the_proclaimed_value() {
+    let zk = shared_ensemble();
+    let a = connect(&zk.connect_string(), Duration::from_secs(4)).await;
+    let path = unique_path("leader-proclaim");
+    let leadership = a.election(&path).campaign("c1").await.unwrap();
+    let json =
+        |ran: &Ran| -> serde_json::Value { serde_json::from_str(&ran.stdout).expect("valid JSON") };
+    let before = run(
+        zkfence(&zk.connect_string(), &["leader", &path, "--json"]),
+        Duration::from_secs(20),
+    )
+    .await;
+    assert_eq!(json(&before)["proclaimed"], serde_json::Value::Null);
+    leadership.proclaim("http://10.0.0.7:8080").await.unwrap();
+    let after = run(
+        zkfence(&zk.connect_string(), &["leader", &path, "--json"]),
+        Duration::from_secs(20),
+    )
+    .await;
+    assert_eq!(json(&after)["proclaimed"], "http://10.0.0.7:8080");
+    assert_eq!(json(&after)["leader"]["owner"]["id"], "c1");
+    let text = run(
+        zkfence(&zk.connect_string(), &["leader", &path]),
+        Duration::from_secs(20),
+    )
+    .await;
+    let lines: Vec<&str> = text.stdout.lines().collect();
+    assert!(
+        lines[0].starts_with(&format!("{path}: led by c1")),
+        "{}",
+        text.stdout
+    );
+    assert_eq!(
+        lines[1], "proclaimed: http://10.0.0.7:8080",
+        "{}",
+        text.stdout
+    );
+    leadership.resign().await.unwrap();
+}

@@ -550,7 +550,11 @@ async fn every_json_output_follows_the_documented_schema() {
     let json: serde_json::Value = serde_json::from_str(&ran.stdout).expect("valid JSON");
     let mut keys: Vec<&String> = json.as_object().unwrap().keys().collect();
     keys.sort();
-    assert_eq!(keys, ["candidates", "exists", "leader", "path"], "{json}");
+    assert_eq!(
+        keys,
+        ["candidates", "exists", "leader", "path", "proclaimed"],
+        "{json}"
+    );
     assert_eq!(json["leader"]["owner"]["id"], "c1");
     assert!(json["candidates"].as_array().unwrap().is_empty());
     leader.resign().await.unwrap();
