@@ -233,14 +233,24 @@ mod tests {
         send_sync::<crate::Leadership>();
         send_sync::<crate::Fence>();
         #[allow(unreachable_code, clippy::diverging_sub_expression)]
-        fn futures_are_send(lock: &crate::Lock, lease: crate::Lease, election: &crate::Election) {
+        fn futures_are_send(
+            lock: &crate::Lock,
+            lease: crate::Lease,
+            election: &crate::Election,
+            leadership: &crate::Leadership,
+        ) {
             send(&lock.acquire());
             send(&lock.try_acquire());
             send(&lock.acquire_timeout(std::time::Duration::ZERO));
             send(&lease.lost());
+            send(&lease.revoke_requested());
+            send(&lock.revoke_holder());
+            send(&lock.session().revoke("/x"));
             send(&lease.renew());
             send(&lease.release());
             send(&election.campaign("x"));
+            send(&election.leader());
+            send(&leadership.proclaim(b"v"));
         }
         let _ = futures_are_send;
     }

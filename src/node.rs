@@ -377,6 +377,11 @@ impl OwnerInfo {
                 }
             }
         }
+        // Another client's identifier, proclaimed over: the empty line's first newline is ours.
+        let text = match info.proclaimed {
+            Some(_) => text.strip_suffix('\n').unwrap_or(text),
+            None => text,
+        };
         if !ours && !text.is_empty() && !text.chars().any(char::is_control) {
             info.id = Some(text.to_string());
         }
