@@ -129,6 +129,8 @@
 //!   help text and unit.
 
 #![warn(missing_docs)]
+// docs.rs (`--cfg docsrs`, nightly) marks each item a crate feature gates with that feature.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 // The layers, bottom up; every `use` points down:
 // error, token, node → session (clock, ops) → queue → lease → lock, election, semaphore;
