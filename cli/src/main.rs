@@ -14,6 +14,7 @@ mod ensemble;
 mod exec;
 mod exit;
 mod gc;
+mod generated;
 mod metrics_endpoint;
 mod progress;
 mod revoke;
@@ -39,7 +40,7 @@ use crate::exit::Failure;
     after_long_help = exit::HELP,
     after_help = "Run `zkfence --help` for the exit codes."
 )]
-struct Cli {
+pub(crate) struct Cli {
     /// More log output on stderr: -v info, -vv debug, -vvv trace.
     #[arg(short, long, global = true, action = clap::ArgAction::Count, help_heading = "Logging options")]
     verbose: u8,
@@ -382,6 +383,31 @@ enum Command {
     #[command(subcommand)]
     Ensemble(EnsembleCommand),
 
+    /// Print the shell completion script for SHELL on stdout.
+    ///
+    /// Examples:
+    ///
+    ///   zkfence completions bash > /etc/bash_completion.d/zkfence
+    ///
+    ///   zkfence completions zsh > "${fpath[1]}/_zkfence"
+    ///
+    ///   zkfence completions fish > ~/.config/fish/completions/zkfence.fish
+    Completions {
+        /// bash, zsh, fish, elvish or powershell.
+        shell: clap_complete::Shell,
+    },
+
+    /// Print the man page zkfence(1) on stdout, as roff; with SUBCOMMAND, its own page
+    /// zkfence-SUBCOMMAND(1), which zkfence(1) refers to.
+    ///
+    /// Example: zkfence man > /usr/local/share/man/man1/zkfence.1
+    ///
+    ///          zkfence man exec > /usr/local/share/man/man1/zkfence-exec.1
+    Man {
+        /// A subcommand, e.g. exec.
+        subcommand: Option<String>,
+    },
+
     /// Start a 3-node ensemble and play every promise of zkfence against it, as a timeline.
     ///
     /// Contention (FIFO, growing tokens), a fenced store refusing a paused holder's late
@@ -701,6 +727,8 @@ enum Job {
     Revoke(Global, String, Option<String>),
     EnsembleUp(usize, Duration, Duration),
     Demo,
+    Completions(clap_complete::Shell),
+    Man(Option<String>),
 }
 
 impl Job {
@@ -813,6 +841,8 @@ impl Job {
                 max_session_timeout,
             }) => Job::EnsembleUp(nodes, tick_time, max_session_timeout),
             Command::Demo => Job::Demo,
+            Command::Completions { shell } => Job::Completions(shell),
+            Command::Man { subcommand } => Job::Man(subcommand),
         })
     }
 
@@ -837,6 +867,8 @@ impl Job {
                 ensemble::up(nodes, tick_time, max_session_timeout).await
             }
             Job::Demo => demo::run().await,
+            Job::Completions(shell) => generated::completions(shell),
+            Job::Man(subcommand) => generated::man(subcommand.as_deref()),
         }
     }
 }
