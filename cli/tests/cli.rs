@@ -9,52 +9,8 @@ mod process;
 use std::time::Duration;
 
 use common::{children, connect, shared_ensemble, unique_path, until_children};
-use process::{next_line, read_pid, signal, zkfence};
-use tokio::io::AsyncReadExt;
-use tokio::process::{Child, Command};
+use process::{finish, next_line, read_pid, run, signal, zkfence, Ran};
 use tokio::time::Instant;
-
-struct Ran {
-    code: Option<i32>,
-    stdout: String,
-    stderr: String,
-}
-
-/// Runs to completion (at most `limit`).
-async fn run(mut cmd: Command, limit: Duration) -> Ran {
-    let out = tokio::time::timeout(limit, cmd.output())
-        .await
-        .unwrap_or_else(|_| panic!("zkfence did not finish within {limit:?}"))
-        .expect("run zkfence");
-    Ran {
-        code: out.status.code(),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
-}
-
-/// Waits for `child` to exit (at most `limit`) and collects what it wrote.
-async fn finish(mut child: Child, limit: Duration) -> Ran {
-    let mut stdout = child.stdout.take();
-    let mut stderr = child.stderr.take();
-    let status = tokio::time::timeout(limit, child.wait())
-        .await
-        .unwrap_or_else(|_| panic!("zkfence did not exit within {limit:?}"))
-        .expect("wait for zkfence");
-    let mut out = String::new();
-    let mut err = String::new();
-    if let Some(s) = stdout.as_mut() {
-        s.read_to_string(&mut out).await.unwrap();
-    }
-    if let Some(s) = stderr.as_mut() {
-        s.read_to_string(&mut err).await.unwrap();
-    }
-    Ran {
-        code: status.code(),
-        stdout: out,
-        stderr: err,
-    }
-}
 
 fn alive(pid: i32) -> bool {
     // SAFETY: signal 0 only checks that the process exists.

@@ -12,35 +12,7 @@ use std::time::Duration;
 
 use common::curator::Curator;
 use common::{children, connect, shared_ensemble, unique_path};
-use process::{next_line, signal, zkfence};
-use tokio::io::AsyncReadExt;
-use tokio::process::Child;
-
-struct Ran {
-    code: Option<i32>,
-    stdout: String,
-    stderr: String,
-}
-
-async fn finish(mut child: Child, limit: Duration) -> Ran {
-    let (mut stdout, mut stderr) = (child.stdout.take(), child.stderr.take());
-    let status = tokio::time::timeout(limit, child.wait())
-        .await
-        .unwrap_or_else(|_| panic!("zkfence did not exit within {limit:?}"))
-        .expect("wait for zkfence");
-    let (mut out, mut err) = (String::new(), String::new());
-    if let Some(s) = stdout.as_mut() {
-        s.read_to_string(&mut out).await.unwrap();
-    }
-    if let Some(s) = stderr.as_mut() {
-        s.read_to_string(&mut err).await.unwrap();
-    }
-    Ran {
-        code: status.code(),
-        stdout: out,
-        stderr: err,
-    }
-}
+use process::{finish, next_line, signal, zkfence, Ran};
 
 async fn revoke(connect: &str, args: &[&str]) -> Ran {
     let mut all = vec!["revoke"];
