@@ -133,8 +133,8 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 // The layers, bottom up; every `use` points down:
-// error, token, node → session (clock, ops) → queue → lease → lock, election, semaphore;
-// fence stands beside them (the resource's side).
+// error, token, node → session (clock, ops) → queue, revoke → lease → lock, election,
+// semaphore; fence stands beside them (the resource's side).
 mod error;
 mod node;
 mod token;
@@ -142,13 +142,13 @@ mod token;
 mod session;
 
 mod queue;
+mod revoke;
 
 mod lease;
 
 mod election;
 mod lock;
 mod multi_lock;
-mod revoke;
 mod semaphore;
 
 mod fence;

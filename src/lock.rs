@@ -249,6 +249,32 @@ impl Lock {
         self.queue.contenders().await
     }
 
+    /// Asks the current holder of this lock to let go ([`Session::revoke`] on the node at
+    /// the head of the queue) and returns who that was, or `None` if nobody holds it.
+    ///
+    /// ```no_run
+    /// # async fn f(session: zkfence::Session) -> zkfence::Result<()> {
+    /// match session.lock("/locks/nightly-report").revoke_holder().await? {
+    ///     Some(holder) => println!("asked {holder} to let go"),
+    ///     None => println!("nobody holds it"),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Cancel safety
+    /// As [`Session::revoke`]: once sent, the request may have been written.
+    ///
+    /// # Notable errors
+    /// - [`Error::NotALockNode`] if the holder left between the listing and the write.
+    /// - The errors of [`contenders`](Self::contenders) and [`Session::revoke`].
+    pub async fn revoke_holder(&self) -> Result<Option<Contender>> {
+        let Some(holder) = self.contenders().await?.into_iter().next() else {
+            return Ok(None);
+        };
+        self.session().revoke(&holder.node).await?;
+        Ok(Some(holder))
+    }
+
     fn lease(&self, grant: Grant, claim: Claim) -> Lease {
         let lease = Lease::new(self.path().to_string(), grant, claim);
         if self.revocable {

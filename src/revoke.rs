@@ -1,8 +1,10 @@
 //! Revocation, Curator's protocol: whoever wants a holder to let go writes `__REVOKE__` as
-//! the data of the holder's node ([`Session::revoke`], [`Lock::revoke_holder`]); a holder
-//! made [revocable](Lock::revocable) watches its own node's data and is told
-//! ([`Lease::revoke_requested`](crate::Lease::revoke_requested)). Nothing is released by
+//! the data of the holder's node ([`Session::revoke`]; `Lock::revoke_holder` finds the
+//! holder's); a holder made revocable (`Lock::revocable`) watches its own node's data and is
+//! told ([`Lease::revoke_requested`](crate::Lease::revoke_requested)). Nothing is released by
 //! force: the holder decides, and a holder that is not revocable never looks.
+//!
+//! Below the lease in the layers: it knows sessions and nodes, no recipe.
 //!
 //! The bytes and the place are Curator's (`LockInternals.REVOKE_MESSAGE`, written by
 //! `Revoker.attemptRevoke`), so a zkfence holder can be revoked by Curator and the other way
@@ -13,9 +15,7 @@ use std::sync::Arc;
 use tokio::sync::watch;
 
 use crate::error::{Error, Result};
-use crate::lock::Lock;
 use crate::node;
-use crate::queue::Contender;
 use crate::session::{NodeEvent, Session, Shared};
 
 /// The data that asks a lock holder to let go (Curator's `LockInternals.REVOKE_MESSAGE`).
@@ -76,11 +76,12 @@ impl Drop for RevocationWatch {
 impl Session {
     /// Asks the holder of the lock node `node` to let go (Curator's `Revoker.attemptRevoke`):
     /// writes `__REVOKE__` as the node's data. A holder whose lock was made
-    /// [revocable](Lock::revocable) (or a revocable Curator `InterProcessMutex`) is told and
+    /// [revocable](crate::Lock::revocable) (or a revocable Curator `InterProcessMutex`) is told and
     /// decides; any other holder ignores it. Nothing is released here.
     ///
-    /// `node` is the full path of a contender's node, as [`Lock::contenders`] and the CLI's
-    /// `status` show it; [`Lock::revoke_holder`] finds the holder's for you.
+    /// `node` is the full path of a contender's node, as [`Lock::contenders`](crate::Lock::contenders) and
+    /// the CLI's `status` show it; [`Lock::revoke_holder`](crate::Lock::revoke_holder) finds
+    /// the holder's for you.
     ///
     /// ```no_run
     /// # async fn f(session: zkfence::Session) -> zkfence::Result<()> {
@@ -137,33 +138,5 @@ impl Session {
                 Err(e) => return Err(Error::zk("revoke", node, e)),
             }
         }
-    }
-}
-
-impl Lock {
-    /// Asks the current holder of this lock to let go ([`Session::revoke`] on the node at
-    /// the head of the queue) and returns who that was, or `None` if nobody holds it.
-    ///
-    /// ```no_run
-    /// # async fn f(session: zkfence::Session) -> zkfence::Result<()> {
-    /// match session.lock("/locks/nightly-report").revoke_holder().await? {
-    ///     Some(holder) => println!("asked {holder} to let go"),
-    ///     None => println!("nobody holds it"),
-    /// }
-    /// # Ok(()) }
-    /// ```
-    ///
-    /// # Cancel safety
-    /// As [`Session::revoke`]: once sent, the request may have been written.
-    ///
-    /// # Notable errors
-    /// - [`Error::NotALockNode`] if the holder left between the listing and the write.
-    /// - The errors of [`contenders`](Self::contenders) and [`Session::revoke`].
-    pub async fn revoke_holder(&self) -> Result<Option<Contender>> {
-        let Some(holder) = self.contenders().await?.into_iter().next() else {
-            return Ok(None);
-        };
-        self.session().revoke(&holder.node).await?;
-        Ok(Some(holder))
     }
 }
