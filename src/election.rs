@@ -10,7 +10,7 @@ use crate::error::{Error, LossReason, Result};
 use crate::lease::{Claim, Lease, LeaseState};
 use crate::node::{self, Kind, OwnerInfo};
 use crate::queue::{self, Owner, Queue};
-use crate::session::{Session, Shared};
+use crate::session::{NodeWatch, Session, Shared};
 use crate::token::FencingToken;
 
 /// A leader election under the directory `path`: several candidates campaign, exactly one
@@ -120,6 +120,8 @@ pub struct LeaderInfo {
 pub struct Leadership {
     lease: Lease,
     id: String,
+    /// One proclaim at a time, so values land in the order they were proclaimed.
+    proclaiming: tokio::sync::Mutex<()>,
 }
 
 impl Leadership {
@@ -162,6 +164,57 @@ impl Leadership {
     pub async fn resign(self) -> Result<()> {
         tracing::info!(id = %self.id, token = %self.token(), "resigning leadership");
         self.lease.release().await
+    }
+
+    /// Advertises `value` as this leader's, without giving up leadership (etcd's
+    /// `Election.Proclaim`): [`Election::leader`] and [`Election::observe`] show it as
+    /// [`OwnerInfo::proclaimed`], and the CLI's `leader` prints it. Each proclaim replaces
+    /// the last.
+    ///
+    /// The value is written into our node's data, next to the owner lines, with a
+    /// version-checked write: it lands only while our node exists, so a deposed leader
+    /// cannot advertise (a write that finds the node changed reads it again and retries).
+    ///
+    /// ```no_run
+    /// # async fn f(session: zkfence::Session) -> zkfence::Result<()> {
+    /// let leadership = session.election("/election/api").campaign("node-a").await?;
+    /// leadership.proclaim(b"http://10.0.0.7:8080").await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Cancel safety
+    /// Once sent, a dropped proclaim may still have been written: read
+    /// [`Election::leader`] to know.
+    ///
+    /// # Notable errors
+    /// - [`Error::LockLost`] if leadership is lost, or our node is gone; nothing was written.
+    /// - [`Error::NoAuth`] if the node's ACL forbids writing.
+    /// - [`Error::SessionExpired`], [`Error::SessionClosed`].
+    pub async fn proclaim(&self, value: impl AsRef<[u8]>) -> Result<()> {
+        let value = value.as_ref();
+        let _turn = self.proclaiming.lock().await;
+        let shared = self.lease.session().shared();
+        let node = self.lease.path();
+        loop {
+            self.lease.check_held()?;
+            let Some((data, stat)) = shared.data(node).await? else {
+                return Err(self.lease.node_gone());
+            };
+            let data = OwnerInfo::with_proclaimed(&data, value);
+            match shared.set_data(node, &data, stat.version).await {
+                Ok(_) => {
+                    tracing::info!(id = %self.id, token = %self.token(), bytes = value.len(), "proclaimed");
+                    return Ok(());
+                }
+                Err(zookeeper_client::Error::NoNode) => return Err(self.lease.node_gone()),
+                // Written in between (or by our own attempt whose answer was lost): read again.
+                Err(zookeeper_client::Error::BadVersion) => {}
+                Err(e) if crate::session::outcome_unknown(&e) => {
+                    crate::session::pause_before_retry().await
+                }
+                Err(e) => return Err(Error::zk("proclaim", node, e)),
+            }
+        }
     }
 
     /// The underlying lease, e.g. for [`Lease::fenced_write`].
@@ -246,6 +299,7 @@ impl Election {
         Ok(Leadership {
             lease,
             id: id.to_string(),
+            proclaiming: tokio::sync::Mutex::new(()),
         })
     }
 
@@ -270,8 +324,9 @@ impl Election {
     }
 
     /// Follows leader changes: the first item is the leader now, then one item per change
-    /// (`None` when nobody leads), in the order of the elections (tokens only grow). A
-    /// leadership shorter than one round trip may be skipped. Works from any session, also
+    /// (`None` when nobody leads), in the order of the elections (tokens only grow), and one
+    /// per value the leader [proclaims](Leadership::proclaim), in the order proclaimed. A
+    /// leadership or a value that lasts less than one round trip may be skipped. Works from any session, also
     /// one that never campaigns.
     ///
     /// Observers see the ensemble's view, which lags the candidates' own: a partitioned or
@@ -284,9 +339,10 @@ impl Election {
         let shared = self.session.shared().clone();
         let path = self.path.clone();
         let task = tokio::spawn(async move {
-            let mut last: Option<Option<String>> = None;
+            // The head's name and data last sent: an item goes out when either changes.
+            let mut last: Option<Option<(String, Vec<u8>)>> = None;
             loop {
-                let (head, watch) = match shared.list_watched(&path).await {
+                let (head, children) = match shared.list_watched(&path).await {
                     Ok(Some((children, watch))) => {
                         (node::queue_order(children).into_iter().next(), Some(watch))
                     }
@@ -296,29 +352,41 @@ impl Election {
                         return;
                     }
                 };
-                let head_name = head.map(|(_, name)| name);
-                if last.as_ref() != Some(&head_name) {
-                    let info = match &head_name {
-                        None => None,
-                        Some(name) => read_leader(&shared, &path, name).await,
-                    };
-                    // The head may have left before we read it: then just look again.
-                    if head_name.is_none() || info.is_some() {
-                        if tx.send(Ok(info)).is_err() {
-                            return;
-                        }
-                        last = Some(head_name);
+                // The head's data is read with a watch every round, so a proclaim that came
+                // while we looked at the children is seen at the next read.
+                let led = head.is_some();
+                let (info, mut data_watch) = match head {
+                    None => (None, None),
+                    Some((_, name)) => match read_leader(&shared, &path, &name).await {
+                        Some((info, watch)) => (Some(info), Some(watch)),
+                        // The head left before we read it: its deletion fires the children
+                        // watch, and we look again.
+                        None => (None, None),
+                    },
+                };
+                let seen = info.as_ref().map(|i| (i.node.clone(), i.owner.raw.clone()));
+                let vanished = led && info.is_none();
+                if !vanished && last.as_ref() != Some(&seen) {
+                    if tx.send(Ok(info)).is_err() {
+                        return;
                     }
+                    last = Some(seen);
                 }
-                match watch {
-                    Some(watch) => {
-                        if let Err(err) = watch.changed().await {
-                            let _ = tx.send(Err(err));
-                            return;
-                        }
-                    }
+                let changed = match (children, &mut data_watch) {
+                    (Some(children), Some(data)) => tokio::select! {
+                        changed = children.changed() => changed,
+                        changed = data.changed() => changed.map(drop),
+                    },
+                    (Some(children), None) => children.changed().await,
                     // No directory yet: poll until a candidate creates it.
-                    None => tokio::time::sleep(Duration::from_millis(200)).await,
+                    (None, _) => {
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                        Ok(())
+                    }
+                };
+                if let Err(err) = changed {
+                    let _ = tx.send(Err(err));
+                    return;
                 }
             }
         });
@@ -466,17 +534,19 @@ async fn hand_on(shared: &Shared, node: &str) {
     }
 }
 
-async fn read_leader(shared: &Shared, dir: &str, name: &str) -> Option<LeaderInfo> {
+/// The leader whose node is `name`, and a watch on its data (which a proclaim changes).
+async fn read_leader(shared: &Shared, dir: &str, name: &str) -> Option<(LeaderInfo, NodeWatch)> {
     let node = format!("{dir}/{name}");
-    let (data, stat) = shared.data(&node).await.ok()??;
+    let (data, stat, watch) = shared.data_watched(&node).await.ok()??;
     let owner = OwnerInfo::decode(&data);
-    Some(LeaderInfo {
+    let info = LeaderInfo {
         id: owner.id.clone(),
         token: FencingToken::from_zxid(stat.czxid),
         node,
         session_id: stat.ephemeral_owner,
         owner,
-    })
+    };
+    Some((info, watch))
 }
 
 /// The stream of leader changes from [`Election::observe`]. Dropping it stops observing.

@@ -244,6 +244,19 @@ pub enum Error {
         waited: Duration,
     },
 
+    /// [`Session::revoke`](crate::Session::revoke) was given a path that is not a
+    /// contender's node now; nothing was written.
+    #[error(
+        "{path} is not a lock holder's node: {reason}; give the full path of a contender's node, \
+         as Lock::contenders (zkfence status) lists it, or revoke the lock's holder (zkfence revoke LOCKPATH)"
+    )]
+    NotALockNode {
+        /// The path given.
+        path: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+
     /// A fenced write's operation failed after the ownership check passed.
     #[error("fenced write on {path} failed at operation {index}: {source}")]
     FencedWriteFailed {

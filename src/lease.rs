@@ -10,6 +10,7 @@ use tokio::time::Instant;
 
 use crate::error::{Error, LossReason, Result};
 use crate::queue::Grant;
+use crate::revoke::RevocationWatch;
 use crate::session::{
     FencedFailure, FencedOp, Holding, NodeEvent, NodeWatch, Session, SessionState, Shared,
 };
@@ -97,6 +98,8 @@ pub struct Lease {
     /// The watch on our node the grant set, until `watch_node` takes it over.
     own_watch: Mutex<Option<NodeWatch>>,
     watching: AtomicBool,
+    /// Set on a revocable lease (see [`Lock::revocable`](crate::Lock::revocable)).
+    revocation: Option<RevocationWatch>,
     released: bool,
     _claim: Claim,
 }
@@ -132,6 +135,7 @@ impl Lease {
             loss,
             own_watch: Mutex::new(grant.own_watch),
             watching: AtomicBool::new(false),
+            revocation: None,
             released: false,
             _claim: claim,
         };
@@ -243,6 +247,43 @@ impl Lease {
         self.loss_watch().lost().await
     }
 
+    /// Resolves once someone asked this lease to let go ([`Session::revoke`],
+    /// [`Lock::revoke_holder`](crate::Lock::revoke_holder), Curator's
+    /// `Revoker.attemptRevoke`): our node's data became `__REVOKE__`. Only a lease of a
+    /// [revocable](crate::Lock::revocable) lock watches for that; on any other lease, and
+    /// after our node is gone, it never resolves. Resolving releases nothing: stop the work,
+    /// then [`release`](Self::release).
+    ///
+    /// ```no_run
+    /// # async fn f(session: zkfence::Session) -> zkfence::Result<()> {
+    /// let lease = session.lock("/locks/job").revocable().acquire().await?;
+    /// lease.revoke_requested().await;
+    /// lease.release().await?; // let the next contender have it
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only observes; the watch stays, and a request that came meanwhile
+    /// resolves the next call at once.
+    ///
+    /// # Notable errors
+    /// None: it resolves with `()`, or never.
+    pub async fn revoke_requested(&self) {
+        match &self.revocation {
+            Some(revocation) => revocation.requested().await,
+            None => std::future::pending().await,
+        }
+    }
+
+    /// Starts watching for revocation requests (a revocable lock's leases).
+    pub(crate) fn watch_revocation(mut self) -> Lease {
+        self.revocation = Some(RevocationWatch::start(
+            self.session.shared(),
+            self.node.clone(),
+        ));
+        self
+    }
+
     /// A detached observer of this lease's loss, for code that must watch the lease while
     /// something else owns it.
     pub(crate) fn loss_watch(&self) -> LossWatch {
@@ -318,7 +359,13 @@ impl Lease {
         }
     }
 
-    fn check_held(&self) -> Result<()> {
+    /// Records that our node is gone (someone deleted it) and returns the error to report.
+    pub(crate) fn node_gone(&self) -> Error {
+        self.holding.lose(LossReason::NodeDeleted);
+        self.lost_error()
+    }
+
+    pub(crate) fn check_held(&self) -> Result<()> {
         match self.state() {
             LeaseState::Lost(_) => Err(self.lost_error()),
             _ => Ok(()),

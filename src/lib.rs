@@ -129,10 +129,12 @@
 //!   help text and unit.
 
 #![warn(missing_docs)]
+// docs.rs (`--cfg docsrs`, nightly) marks each item a crate feature gates with that feature.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 // The layers, bottom up; every `use` points down:
-// error, token, node → session (clock, ops) → queue → lease → lock, election, semaphore;
-// fence stands beside them (the resource's side).
+// error, token, node → session (clock, ops) → queue, revoke → lease → lock, election,
+// semaphore; fence stands beside them (the resource's side).
 mod error;
 mod node;
 mod token;
@@ -140,6 +142,7 @@ mod token;
 mod session;
 
 mod queue;
+mod revoke;
 
 mod lease;
 
@@ -232,14 +235,24 @@ mod tests {
         send_sync::<crate::Leadership>();
         send_sync::<crate::Fence>();
         #[allow(unreachable_code, clippy::diverging_sub_expression)]
-        fn futures_are_send(lock: &crate::Lock, lease: crate::Lease, election: &crate::Election) {
+        fn futures_are_send(
+            lock: &crate::Lock,
+            lease: crate::Lease,
+            election: &crate::Election,
+            leadership: &crate::Leadership,
+        ) {
             send(&lock.acquire());
             send(&lock.try_acquire());
             send(&lock.acquire_timeout(std::time::Duration::ZERO));
             send(&lease.lost());
+            send(&lease.revoke_requested());
+            send(&lock.revoke_holder());
+            send(&lock.session().revoke("/x"));
             send(&lease.renew());
             send(&lease.release());
             send(&election.campaign("x"));
+            send(&election.leader());
+            send(&leadership.proclaim(b"v"));
         }
         let _ = futures_are_send;
     }

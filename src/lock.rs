@@ -44,6 +44,7 @@ use crate::session::Session;
 pub struct Lock {
     queue: Queue,
     busy: Arc<AtomicBool>,
+    revocable: bool,
 }
 
 impl fmt::Debug for Lock {
@@ -102,7 +103,36 @@ impl Lock {
         Lock {
             queue: Queue::new(session.unbound(), path, kind),
             busy: Arc::new(AtomicBool::new(false)),
+            revocable: false,
         }
+    }
+
+    /// Makes each lease of this handle revocable, as Curator's
+    /// `InterProcessMutex.makeRevocable`: the lease watches its node's data from the grant
+    /// on, and [`Lease::revoke_requested`] resolves once someone asks it to let go
+    /// ([`Session::revoke`], [`Lock::revoke_holder`], Curator's `Revoker.attemptRevoke`). The
+    /// lease still decides: nothing is released for it. Costs one watch per lease.
+    ///
+    /// ```no_run
+    /// # async fn f(session: zkfence::Session) -> zkfence::Result<()> {
+    /// # async fn do_the_work() {}
+    /// let lease = session.lock("/locks/job").revocable().acquire().await?;
+    /// tokio::select! {
+    ///     _ = lease.revoke_requested() => eprintln!("asked to let go: stopping"),
+    ///     reason = lease.lost() => eprintln!("lost: {reason}"),
+    ///     _ = do_the_work() => {}
+    /// }
+    /// lease.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn revocable(mut self) -> Self {
+        self.revocable = true;
+        self
+    }
+
+    /// The session this handle acquires on.
+    pub(crate) fn session(&self) -> &Session {
+        self.queue.session()
     }
 
     /// Uses another node layout, e.g. [`NodeFormat::Kazoo`] to share the lock with Python
@@ -219,7 +249,38 @@ impl Lock {
         self.queue.contenders().await
     }
 
+    /// Asks the current holder of this lock to let go ([`Session::revoke`] on the node at
+    /// the head of the queue) and returns who that was, or `None` if nobody holds it.
+    ///
+    /// ```no_run
+    /// # async fn f(session: zkfence::Session) -> zkfence::Result<()> {
+    /// match session.lock("/locks/nightly-report").revoke_holder().await? {
+    ///     Some(holder) => println!("asked {holder} to let go"),
+    ///     None => println!("nobody holds it"),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Cancel safety
+    /// As [`Session::revoke`]: once sent, the request may have been written.
+    ///
+    /// # Notable errors
+    /// - [`Error::NotALockNode`] if the holder left between the listing and the write.
+    /// - The errors of [`contenders`](Self::contenders) and [`Session::revoke`].
+    pub async fn revoke_holder(&self) -> Result<Option<Contender>> {
+        let Some(holder) = self.contenders().await?.into_iter().next() else {
+            return Ok(None);
+        };
+        self.session().revoke(&holder.node).await?;
+        Ok(Some(holder))
+    }
+
     fn lease(&self, grant: Grant, claim: Claim) -> Lease {
-        Lease::new(self.path().to_string(), grant, claim)
+        let lease = Lease::new(self.path().to_string(), grant, claim);
+        if self.revocable {
+            lease.watch_revocation()
+        } else {
+            lease
+        }
     }
 }

@@ -265,13 +265,17 @@ pub(crate) fn validate_path(path: &str) -> Result<()> {
 ///
 /// Stored as `key=value` lines (`id`, `host`, `pid`, `at` in Unix milliseconds). Data written
 /// by other clients (Kazoo stores its identifier, Curator the client's IP address) is kept in
-/// [`OwnerInfo::raw`] and shown as the id when it is printable.
+/// [`OwnerInfo::raw`] and shown as the id when it is printable. A leader's
+/// [proclaimed](crate::Leadership::proclaim) value follows the lines after an empty line, as
+/// a body follows the headers of a mail.
 ///
 /// ```
 /// use zkfence::OwnerInfo;
 /// let owner = OwnerInfo::decode(b"id=booking-7\nhost=web-3\npid=4242\n");
 /// assert_eq!(owner.id.as_deref(), Some("booking-7"));
 /// assert_eq!(owner.to_string(), "booking-7 (web-3, pid 4242)");
+/// let leader = OwnerInfo::decode(b"id=node-a\n\nhttp://10.0.0.7:8080");
+/// assert_eq!(leader.proclaimed.as_deref(), Some(&b"http://10.0.0.7:8080"[..]));
 /// // Another client's data: Kazoo stores its identifier.
 /// assert_eq!(OwnerInfo::decode(b"worker-1").id.as_deref(), Some("worker-1"));
 /// ```
@@ -291,6 +295,11 @@ pub struct OwnerInfo {
     ///
     /// [`Semaphore`]: crate::Semaphore
     pub permits: Option<usize>,
+    /// The value a leader advertises, set by [`Leadership::proclaim`]; `None` until the
+    /// first proclaim (and for other clients' nodes).
+    ///
+    /// [`Leadership::proclaim`]: crate::Leadership::proclaim
+    pub proclaimed: Option<Vec<u8>>,
     /// The node's raw data.
     pub raw: Vec<u8>,
 }
@@ -319,8 +328,22 @@ impl OwnerInfo {
             pid: Some(std::process::id()),
             enqueued_at_ms: at,
             permits: None,
+            proclaimed: None,
             raw: vec![],
         }
+    }
+
+    /// `data` (a node's owner lines) with `value` as its proclaimed value instead of the
+    /// one it had.
+    pub(crate) fn with_proclaimed(data: &[u8], value: &[u8]) -> Vec<u8> {
+        let (lines, _) = split_proclaimed(data);
+        let mut out = lines.to_vec();
+        if !out.is_empty() && !out.ends_with(b"\n") {
+            out.push(b'\n');
+        }
+        out.push(b'\n');
+        out.extend_from_slice(value);
+        out
     }
 
     /// Serialises to the node data format.
@@ -351,7 +374,9 @@ impl OwnerInfo {
             raw: data.to_vec(),
             ..OwnerInfo::default()
         };
-        let Ok(text) = std::str::from_utf8(data) else {
+        let (lines, proclaimed) = split_proclaimed(data);
+        info.proclaimed = proclaimed.map(<[u8]>::to_vec);
+        let Ok(text) = std::str::from_utf8(lines) else {
             return info;
         };
         let mut ours = false;
@@ -368,10 +393,26 @@ impl OwnerInfo {
                 }
             }
         }
+        // Another client's identifier, proclaimed over: the empty line's first newline is ours.
+        let text = match info.proclaimed {
+            Some(_) => text.strip_suffix('\n').unwrap_or(text),
+            None => text,
+        };
         if !ours && !text.is_empty() && !text.chars().any(char::is_control) {
             info.id = Some(text.to_string());
         }
         info
+    }
+}
+
+/// Splits node data into the owner lines and the proclaimed value after the first empty line.
+fn split_proclaimed(data: &[u8]) -> (&[u8], Option<&[u8]>) {
+    if data.starts_with(b"\n") {
+        return (&[], Some(&data[1..]));
+    }
+    match data.windows(2).position(|w| w == b"\n\n") {
+        Some(at) => (&data[..=at], Some(&data[at + 2..])),
+        None => (data, None),
     }
 }
 
@@ -542,6 +583,7 @@ mod tests {
             pid: Some(7),
             enqueued_at_ms: Some(5),
             permits: Some(3),
+            proclaimed: None,
             raw: vec![],
         };
         let d = OwnerInfo::decode(&o.encode());
@@ -552,6 +594,30 @@ mod tests {
         assert_eq!(
             OwnerInfo::decode(b"kazoo-ident").id.as_deref(),
             Some("kazoo-ident")
+        );
+    }
+
+    #[test]
+    fn proclaimed_values_replace_each_other_and_keep_the_owner_lines() {
+        let lines = OwnerInfo::for_this_process(Some("node-a")).encode();
+        let once = OwnerInfo::with_proclaimed(&lines, b"v1");
+        // Binary, with empty lines of its own: everything after the first empty line.
+        let twice = OwnerInfo::with_proclaimed(&once, b"\n\xff\n\nv2");
+        let d = OwnerInfo::decode(&twice);
+        assert_eq!(d.id.as_deref(), Some("node-a"));
+        assert_eq!(d.pid, Some(std::process::id()));
+        assert_eq!(d.proclaimed.as_deref(), Some(&b"\n\xff\n\nv2"[..]));
+        assert_eq!(OwnerInfo::decode(&lines).proclaimed, None);
+        // Another client's data without a newline, and no data at all.
+        let kazoo = OwnerInfo::decode(&OwnerInfo::with_proclaimed(b"ident", b"v"));
+        assert_eq!(
+            (kazoo.id.as_deref(), kazoo.proclaimed.as_deref()),
+            (Some("ident"), Some(&b"v"[..]))
+        );
+        let empty = OwnerInfo::decode(&OwnerInfo::with_proclaimed(b"", b"v"));
+        assert_eq!(
+            (empty.id, empty.proclaimed.as_deref()),
+            (None, Some(&b"v"[..]))
         );
     }
 }

@@ -1,146 +1,14 @@
 //! Interop with the real Apache Curator (Debian's `libcurator-recipes-java`): a zkfence lock
 //! and Curator's `InterProcessMutex` on the same path exclude each other and queue FIFO,
-//! whichever of the two made the (container) directory.
+//! whichever of the two made the (container) directory; and each revokes the other's
+//! revocable holder with Curator's protocol (`__REVOKE__` as the holder node's data).
 
 mod common;
 
-use std::process::Stdio;
 use std::time::Duration;
 
+use common::curator::Curator;
 use common::*;
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
-use tokio::process::{Child, ChildStdin, ChildStdout, Command};
-
-const CURATOR_JAR: &str = "/usr/share/java/curator-recipes.jar";
-
-/// A Curator client driven line by line over stdin (Java 17 runs a single source file).
-const DRIVER: &str = r#"
-import org.apache.curator.framework.CuratorFramework;
-import org.apache.curator.framework.CuratorFrameworkFactory;
-import org.apache.curator.framework.recipes.locks.InterProcessMutex;
-import org.apache.curator.framework.recipes.locks.InterProcessSemaphoreV2;
-import org.apache.curator.framework.recipes.locks.Lease;
-import org.apache.curator.retry.RetryOneTime;
-import java.io.BufferedReader;
-import java.io.InputStreamReader;
-import java.util.concurrent.TimeUnit;
-
-public class CuratorLock {
-    public static void main(String[] args) throws Exception {
-        CuratorFramework client =
-            CuratorFrameworkFactory.newClient(args[0], 4000, 4000, new RetryOneTime(100));
-        client.start();
-        client.blockUntilConnected();
-        InterProcessMutex mutex = new InterProcessMutex(client, args[1]);
-        // With a third argument: InterProcessSemaphoreV2 with that many leases instead.
-        InterProcessSemaphoreV2 semaphore = args.length > 2
-            ? new InterProcessSemaphoreV2(client, args[1], Integer.parseInt(args[2])) : null;
-        java.util.ArrayDeque<Lease> leases = new java.util.ArrayDeque<>();
-        BufferedReader in = new BufferedReader(new InputStreamReader(System.in));
-        System.out.println("ready");
-        String line;
-        while ((line = in.readLine()) != null) {
-            if (line.equals("acquire")) {
-                if (semaphore != null) leases.push(semaphore.acquire()); else mutex.acquire();
-                System.out.println("acquired");
-            } else if (line.startsWith("try ")) {
-                long ms = Long.parseLong(line.substring(4));
-                boolean ok;
-                if (semaphore != null) {
-                    Lease lease = semaphore.acquire(ms, TimeUnit.MILLISECONDS);
-                    if (lease != null) leases.push(lease);
-                    ok = lease != null;
-                } else {
-                    ok = mutex.acquire(ms, TimeUnit.MILLISECONDS);
-                }
-                System.out.println(ok ? "acquired" : "timeout");
-            } else if (line.equals("release")) {
-                if (semaphore != null) semaphore.returnLease(leases.pop()); else mutex.release();
-                System.out.println("released");
-            } else {
-                break;
-            }
-        }
-        client.close();
-    }
-}
-"#;
-
-struct Curator {
-    _child: Child,
-    stdin: ChildStdin,
-    lines: Lines<BufReader<ChildStdout>>,
-    _dir: std::path::PathBuf,
-}
-
-impl Curator {
-    /// `None` when Java or Curator is missing, outside CI (CI must never skip).
-    async fn start(connect: &str, path: &str) -> Option<Curator> {
-        Curator::start_with(connect, path, &[]).await
-    }
-
-    /// `start`, with more arguments for the driver (a number: a semaphore of that many).
-    async fn start_with(connect: &str, path: &str, more: &[&str]) -> Option<Curator> {
-        let java = std::process::Command::new("java").arg("-version").output();
-        if java.is_err() || !std::path::Path::new(CURATOR_JAR).exists() {
-            assert!(
-                std::env::var_os("CI").is_none(),
-                "Curator interop needs java and {CURATOR_JAR} (apt-get install libcurator-recipes-java)"
-            );
-            eprintln!("skipping: java or {CURATOR_JAR} missing");
-            return None;
-        }
-        let dir = std::env::temp_dir().join(format!("zkfence-curator-{}", uuid::Uuid::new_v4()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let source = dir.join("CuratorLock.java");
-        std::fs::write(&source, DRIVER).unwrap();
-        let mut child = Command::new("java")
-            .args(["-Xmx64m", "-cp", CURATOR_JAR])
-            .arg(&source)
-            .args([connect, path])
-            .args(more)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("start java");
-        let stdin = child.stdin.take().unwrap();
-        let lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        let mut curator = Curator {
-            _child: child,
-            stdin,
-            lines,
-            _dir: dir,
-        };
-        assert_eq!(curator.next().await, "ready");
-        Some(curator)
-    }
-
-    async fn next(&mut self) -> String {
-        within(
-            Duration::from_secs(60),
-            "Curator answers",
-            self.lines.next_line(),
-        )
-        .await
-        .expect("read Curator's output")
-        .expect("Curator exited")
-    }
-
-    async fn send(&mut self, command: &str) {
-        self.stdin
-            .write_all(format!("{command}\n").as_bytes())
-            .await
-            .unwrap();
-        self.stdin.flush().await.unwrap();
-    }
-
-    async fn ask(&mut self, command: &str) -> String {
-        self.send(command).await;
-        self.next().await
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn zkfence_and_curator_exclude_each_other_in_one_fifo_queue() {
@@ -244,4 +112,86 @@ async fn zkfence_and_curator_share_a_semaphore_and_a_different_limit_is_refused(
     assert_eq!(curator.ask("try 10000").await, "acquired");
     assert_eq!(curator.ask("release").await, "released");
     assert_eq!(curator.ask("release").await, "released");
+}
+
+/// Issue 24: Curator's `Revoker.attemptRevoke` on a revocable zkfence holder's node resolves
+/// its `revoke_requested()`, and releases nothing; a holder that is not revocable is not told.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn curators_revoker_revokes_a_revocable_zkfence_holder_and_not_another() {
+    let zk = shared_ensemble();
+    let ours = connect(&zk.connect_string(), Duration::from_secs(4)).await;
+    let dir = unique_path("curator-revoke");
+    let Some(mut curator) = Curator::start(&zk.connect_string(), &dir).await else {
+        return;
+    };
+    // Not revocable: the request is written, and ignored.
+    let plain = ours.lock(&dir).acquire().await.unwrap();
+    assert_eq!(
+        curator.ask(&format!("revoke {}", plain.path())).await,
+        "revoke-sent"
+    );
+    let told = tokio::time::timeout(Duration::from_secs(1), plain.revoke_requested()).await;
+    assert!(told.is_err(), "a holder that is not revocable is not told");
+    assert_eq!(plain.state(), zkfence::LeaseState::Held);
+    plain.release().await.unwrap();
+    // Revocable: told, and still the holder until it releases.
+    let lease = ours.lock(&dir).revocable().acquire().await.unwrap();
+    assert_eq!(
+        curator.ask(&format!("revoke {}", lease.path())).await,
+        "revoke-sent"
+    );
+    within(
+        Duration::from_secs(10),
+        "revoke_requested() resolves",
+        lease.revoke_requested(),
+    )
+    .await;
+    assert_eq!(lease.state(), zkfence::LeaseState::Held);
+    assert_eq!(
+        curator.ask("try 300").await,
+        "timeout",
+        "nothing was released"
+    );
+    lease.release().await.unwrap();
+    assert_eq!(curator.ask("try 10000").await, "acquired");
+    assert_eq!(curator.ask("release").await, "released");
+}
+
+/// Issue 24: zkfence's `revoke_holder` (what `zkfence revoke LOCKPATH` calls) tells a
+/// revocable Curator `InterProcessMutex` holder: its `RevocationListener` fires.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zkfence_revokes_a_revocable_curator_holder() {
+    let zk = shared_ensemble();
+    let ours = connect(&zk.connect_string(), Duration::from_secs(4)).await;
+    let dir = unique_path("curator-revoked");
+    let Some(mut curator) = Curator::start(&zk.connect_string(), &dir).await else {
+        return;
+    };
+    assert_eq!(curator.ask("revocable").await, "revocable");
+    assert_eq!(curator.ask("acquire").await, "acquired");
+    let lock = ours.lock(&dir);
+    let holder = lock
+        .revoke_holder()
+        .await
+        .unwrap()
+        .expect("Curator holds it");
+    assert_eq!(
+        children(&ours, &dir).await,
+        vec![name_of(&holder.node).to_string()]
+    );
+    assert_eq!(curator.next().await, "revoke-requested");
+    // The listener decides; here it lets go, and we get the lock.
+    assert_eq!(curator.ask("release").await, "released");
+    let lease = within(
+        Duration::from_secs(10),
+        "granted after Curator",
+        lock.acquire(),
+    )
+    .await
+    .unwrap();
+    lease.release().await.unwrap();
+    assert!(
+        lock.revoke_holder().await.unwrap().is_none(),
+        "nobody holds it now"
+    );
 }

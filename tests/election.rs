@@ -1181,3 +1181,103 @@ async fn run_hands_leadership_on_after_a_lapse_only_once_the_leader_task_is_drop
     leadership.resign().await.unwrap();
     running.abort();
 }
+
+/// The value an observed leader proclaims, as text.
+fn proclaimed(info: &Option<LeaderInfo>) -> Option<String> {
+    let value = info.as_ref()?.owner.proclaimed.as_ref()?;
+    Some(String::from_utf8_lossy(value).into_owned())
+}
+
+/// Issue 24: `Leadership::proclaim` changes the advertised value without giving up
+/// leadership; an observer sees each value, in order, and `leader()` the last one, with the
+/// candidate's id intact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn observers_see_each_proclaimed_value_in_order() {
+    trace();
+    let zk = shared_ensemble();
+    let path = unique_path("proclaim");
+    let leader_session = connect(&zk.connect_string(), T).await;
+    let observer = connect(&zk.connect_string(), T).await;
+    let election = observer.election(&path);
+    let leadership = leader_session
+        .election(&path)
+        .campaign("node-a")
+        .await
+        .unwrap();
+    let mut changes = election.observe();
+    let first = within(STEP, "the first item", changes.next())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(who(&first).unwrap().0, "node-a");
+    assert_eq!(proclaimed(&first), None, "nothing proclaimed yet");
+    // Paced: each value is seen before the next is proclaimed.
+    for value in ["v1", "v2", "v3"] {
+        leadership.proclaim(value).await.unwrap();
+        let seen = within(STEP, "the proclaimed value", changes.next())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (who(&seen), proclaimed(&seen)),
+            (who(&first), Some(value.to_string()))
+        );
+    }
+    // Back to back: what is seen is in the order proclaimed, and ends with the last.
+    for i in 4..=8 {
+        leadership.proclaim(format!("v{i}")).await.unwrap();
+    }
+    let mut seen = vec![];
+    while seen.last().map(String::as_str) != Some("v8") {
+        let change = within(STEP, "v8 is seen", changes.next())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(who(&change), who(&first), "the leader did not change");
+        seen.push(proclaimed(&change).unwrap());
+    }
+    let numbers: Vec<u32> = seen.iter().map(|v| v[1..].parse().unwrap()).collect();
+    assert!(
+        numbers.windows(2).all(|w| w[0] < w[1]),
+        "in order: {seen:?}"
+    );
+    let now = election.leader().await.unwrap();
+    assert_eq!(proclaimed(&now).as_deref(), Some("v8"));
+    assert_eq!(now.unwrap().id.as_deref(), Some("node-a"));
+    assert_eq!(leadership.state(), LeaseState::Held);
+    leadership.resign().await.unwrap();
+}
+
+/// Issue 24: a leader whose node was deleted (deposed by an operator) cannot proclaim: the
+/// version-checked write fails with `LockLost`, and the next leader's value is unchanged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deposed_leaders_proclaim_fails_with_lost() {
+    trace();
+    let zk = shared_ensemble();
+    let path = unique_path("proclaim-deposed");
+    let a = connect(&zk.connect_string(), T).await;
+    let b = connect(&zk.connect_string(), T).await;
+    let old = a.election(&path).campaign("a").await.unwrap();
+    old.proclaim("from a").await.unwrap();
+    let next = b.election(&path);
+    let campaign = tokio::spawn(async move { next.campaign("b").await });
+    until_children(&b, &path, 2).await;
+    // Depose: delete the leader's node behind its back.
+    b.client().delete(old.lease().path(), None).await.unwrap();
+    let new = within(STEP, "b is elected", campaign)
+        .await
+        .unwrap()
+        .unwrap();
+    new.proclaim("from b").await.unwrap();
+    match old.proclaim("still a").await {
+        Err(Error::LockLost {
+            reason: LossReason::NodeDeleted,
+            ..
+        }) => {}
+        other => panic!("expected LockLost(NodeDeleted), got {other:?}"),
+    }
+    let leader = b.election(&path).leader().await.unwrap();
+    assert_eq!(proclaimed(&leader).as_deref(), Some("from b"));
+    assert_eq!(leader.unwrap().id.as_deref(), Some("b"));
+    new.resign().await.unwrap();
+}

@@ -25,6 +25,8 @@ pub struct Cmd {
     /// CMD's pid, which is also its process group's id.
     pgid: i32,
     name: String,
+    /// A revocation was requested of a revocable lease, and CMD's group told.
+    revoked: bool,
 }
 
 /// How CMD ended.
@@ -113,6 +115,7 @@ impl Cmd {
             writer,
             pgid: 0,
             name,
+            revoked: false,
         };
         match cmd.report().await {
             Some(line) if line.starts_with("started ") => {
@@ -137,6 +140,11 @@ impl Cmd {
                 ))
             }
         }
+    }
+
+    /// True once a revocation request was passed on to CMD's group as SIGTERM.
+    pub fn revoked(&self) -> bool {
+        self.revoked
     }
 
     /// The display name, for messages.
@@ -194,6 +202,13 @@ impl Cmd {
                         // The loss branch tells the supervisor.
                         None => clock_runs = false,
                     }
+                }
+                // Only a revocable lease ever resolves this: the request goes to CMD's group
+                // like a SIGTERM to zkfence (SIGKILL follows after --grace).
+                _ = lease.revoke_requested(), if !self.revoked => {
+                    self.revoked = true;
+                    self.send(format!("signal {}", libc::SIGTERM)).await;
+                    tracing::info!(cmd = %self.name, "revocation requested: SIGTERM to CMD's process group");
                 }
                 sig = signals.recv() => {
                     self.send(format!("signal {sig}")).await;

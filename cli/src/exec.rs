@@ -20,6 +20,8 @@ pub struct Options {
     pub shared: bool,
     /// A semaphore with this many permits instead of a lock.
     pub limit: Option<usize>,
+    /// Revocation requests stop CMD as SIGTERM would (Curator's protocol).
+    pub revocable: bool,
     pub cmd: Vec<String>,
 }
 
@@ -82,13 +84,14 @@ pub async fn run(global: &Global, o: Options) -> Result<u8, Failure> {
     let id = o.id.clone().unwrap_or_else(|| default_id(&o.cmd));
     let lock = match (o.limit, o.shared) {
         (Some(n), _) => Gate::Semaphore(session.semaphore(&o.lockpath, n).with_id(&id)),
-        (None, true) => Gate::Lock(
-            session
-                .read_lock(&o.lockpath)
-                .with_format(o.format)
-                .with_id(&id),
-        ),
-        (None, false) => Gate::Lock(session.lock(&o.lockpath).with_format(o.format).with_id(&id)),
+        (None, shared) => {
+            let lock = match shared {
+                true => session.read_lock(&o.lockpath),
+                false => session.lock(&o.lockpath),
+            };
+            let lock = lock.with_format(o.format).with_id(&id);
+            Gate::Lock(if o.revocable { lock.revocable() } else { lock })
+        }
     };
 
     let deadline = o.timeout.map(|t| tokio::time::Instant::now() + t);
@@ -208,6 +211,19 @@ async fn hold(
         }
     };
     match cmd.supervise(&lease, signals).await {
+        Outcome::Exited { status, .. } if cmd.revoked() => {
+            eprintln!(
+                "zkfence: revocation of {} requested: {} was stopped (SIGTERM to its process group, SIGKILL after --grace) and {}; releasing",
+                o.lockpath,
+                cmd.name(),
+                match status {
+                    child::Ended::Code(code) => format!("exited with code {code}"),
+                    child::Ended::Signal(sig) => format!("was killed by {}", signals::name(sig)),
+                }
+            );
+            release_and_close(lease, session).await;
+            Ok(exit::REVOKED)
+        }
         Outcome::Exited { status, signal } => {
             if let Some(sig) = signal {
                 eprintln!(

@@ -20,6 +20,9 @@ pub const LOST: u8 = 76;
 /// (a setuid program, `sudo`), which zkfence may not signal, and may still run (sysexits'
 /// EX_NOPERM).
 pub const ESCAPED: u8 = 77;
+/// `exec --revocable`: a revocation was requested (`zkfence revoke`); CMD's group was
+/// stopped and the lock released.
+pub const REVOKED: u8 = 79;
 /// CMD exists but could not be executed (shell convention).
 pub const CANNOT_EXECUTE: u8 = 126;
 /// CMD was not found (shell convention).
@@ -50,6 +53,9 @@ Exit codes:
            process group was stopped before the lock could pass on
   77       CMD's group could not be stopped: processes of another user in it (setuid, sudo)
            escaped the kill and may still run; run zkfence as that user instead
+  79       exec --revocable: revocation was requested (zkfence revoke, Curator's Revoker);
+           CMD's whole process group was stopped (SIGTERM, SIGKILL after --grace), then
+           the lock released
   126/127  CMD could not be executed / was not found
   128+N    zkfence or CMD ended by signal N (e.g. 143 after SIGTERM), the lock released first";
 
@@ -79,7 +85,8 @@ pub fn code_of(err: &Error) -> u8 {
         | Error::PermitsMismatch { .. }
         | Error::UnsoundSettings { .. }
         | Error::TlsConfig { .. }
-        | Error::TlsRequired { .. } => USAGE,
+        | Error::TlsRequired { .. }
+        | Error::NotALockNode { .. } => USAGE,
         Error::ConnectFailed { .. }
         | Error::SessionExpired
         | Error::SessionClosed

@@ -14,8 +14,10 @@ mod ensemble;
 mod exec;
 mod exit;
 mod gc;
+mod generated;
 mod metrics_endpoint;
 mod progress;
+mod revoke;
 mod signals;
 mod status;
 mod supervisor;
@@ -38,7 +40,7 @@ use crate::exit::Failure;
     after_long_help = exit::HELP,
     after_help = "Run `zkfence --help` for the exit codes."
 )]
-struct Cli {
+pub(crate) struct Cli {
     /// More log output on stderr: -v info, -vv debug, -vvv trace.
     #[arg(short, long, global = true, action = clap::ArgAction::Count, help_heading = "Logging options")]
     verbose: u8,
@@ -241,6 +243,11 @@ enum Command {
         /// Our name in `zkfence status` (default: CMD's command line).
         #[arg(long, value_name = "TEXT", help_heading = "Lock options")]
         id: Option<String>,
+        /// Let `zkfence revoke` (or Curator's Revoker) ask us to let go: a request is treated
+        /// like SIGTERM to CMD's group (SIGKILL after --grace); the lock is released once the
+        /// group is gone, and zkfence exits 79. Without it, requests are ignored.
+        #[arg(long, conflicts_with = "limit", help_heading = "Lock options")]
+        revocable: bool,
         /// How long CMD's group may take to exit after SIGTERM before it gets SIGKILL; cut to
         /// what the lease has left when it is running out (see above).
         #[arg(long, default_value = "5s", value_parser = duration::parse, value_name = "DUR", help_heading = "Lock options")]
@@ -326,6 +333,27 @@ enum Command {
         remote: Remote,
     },
 
+    /// Ask the holder of the lock LOCKPATH to let go (Curator's revocation: `__REVOKE__`
+    /// written as the data of the holder's node).
+    ///
+    /// A revocable holder stops and releases: `zkfence exec --revocable` treats it like
+    /// SIGTERM to CMD's group and exits 79, and a Curator `InterProcessMutex` made revocable
+    /// calls its RevocationListener. Any other holder ignores it. Nothing is released by
+    /// force. Exits 1 if nobody holds the lock.
+    ///
+    /// Example: zkfence revoke /locks/backup
+    #[command(after_long_help = exit::HELP)]
+    Revoke {
+        /// The lock directory.
+        lockpath: String,
+        /// Revoke this contender instead of the holder: its node's name under LOCKPATH (as
+        /// `zkfence status --json` lists it) or its full path.
+        #[arg(long, value_name = "NAME")]
+        node: Option<String>,
+        #[command(flatten)]
+        remote: Remote,
+    },
+
     /// Remove the empty lock directories under PATH (dry run unless --apply).
     ///
     /// A directory counts as empty if it is persistent, holds no data and everything below
@@ -354,6 +382,31 @@ enum Command {
     /// Throwaway local ZooKeeper ensembles, for trying zkfence out.
     #[command(subcommand)]
     Ensemble(EnsembleCommand),
+
+    /// Print the shell completion script for SHELL on stdout.
+    ///
+    /// Examples:
+    ///
+    ///   zkfence completions bash > /etc/bash_completion.d/zkfence
+    ///
+    ///   zkfence completions zsh > "${fpath[1]}/_zkfence"
+    ///
+    ///   zkfence completions fish > ~/.config/fish/completions/zkfence.fish
+    Completions {
+        /// bash, zsh, fish, elvish or powershell.
+        shell: clap_complete::Shell,
+    },
+
+    /// Print the man page zkfence(1) on stdout, as roff; with SUBCOMMAND, its own page
+    /// zkfence-SUBCOMMAND(1), which zkfence(1) refers to.
+    ///
+    /// Example: zkfence man > /usr/local/share/man/man1/zkfence.1
+    ///
+    ///          zkfence man exec > /usr/local/share/man/man1/zkfence-exec.1
+    Man {
+        /// A subcommand, e.g. exec.
+        subcommand: Option<String>,
+    },
 
     /// Start a 3-node ensemble and play every promise of zkfence against it, as a timeline.
     ///
@@ -671,8 +724,11 @@ enum Job {
     Elect(Global, elect::Options, Option<SocketAddr>),
     Status(Global, String, bool, status::Kind),
     Gc(Global, String, bool, bool),
+    Revoke(Global, String, Option<String>),
     EnsembleUp(usize, Duration, Duration),
     Demo,
+    Completions(clap_complete::Shell),
+    Man(Option<String>),
 }
 
 impl Job {
@@ -690,6 +746,7 @@ impl Job {
                 limit,
                 format,
                 id,
+                revocable,
                 grace,
                 metrics_addr,
                 remote,
@@ -711,6 +768,7 @@ impl Job {
                         grace,
                         shared,
                         limit: limit.map(|n| n as usize),
+                        revocable,
                         cmd,
                     },
                     metrics_addr,
@@ -758,6 +816,15 @@ impl Job {
                 let global = Global::from_args(remote, &outer)?;
                 Job::Status(global, electionpath, json, status::Kind::Election)
             }
+            Command::Revoke {
+                lockpath,
+                node,
+                remote,
+            } => {
+                check_path(&lockpath)?;
+                let global = Global::from_args(remote, &outer)?;
+                Job::Revoke(global, lockpath, node)
+            }
             Command::Gc {
                 path,
                 apply,
@@ -774,6 +841,8 @@ impl Job {
                 max_session_timeout,
             }) => Job::EnsembleUp(nodes, tick_time, max_session_timeout),
             Command::Demo => Job::Demo,
+            Command::Completions { shell } => Job::Completions(shell),
+            Command::Man { subcommand } => Job::Man(subcommand),
         })
     }
 
@@ -793,10 +862,13 @@ impl Job {
             }
             Job::Status(global, path, json, kind) => status::run(&global, &path, json, kind).await,
             Job::Gc(global, path, apply, json) => gc::run(&global, &path, apply, json).await,
+            Job::Revoke(global, path, node) => revoke::run(&global, &path, node.as_deref()).await,
             Job::EnsembleUp(nodes, tick_time, max_session_timeout) => {
                 ensemble::up(nodes, tick_time, max_session_timeout).await
             }
             Job::Demo => demo::run().await,
+            Job::Completions(shell) => generated::completions(shell),
+            Job::Man(subcommand) => generated::man(subcommand.as_deref()),
         }
     }
 }

@@ -41,6 +41,9 @@ struct ElectionReport {
     path: String,
     exists: bool,
     leader: Option<Entry>,
+    /// What the leader proclaimed (`Leadership::proclaim`), as text (invalid UTF-8
+    /// replaced), or null.
+    proclaimed: Option<String>,
     candidates: Vec<Entry>,
 }
 
@@ -239,6 +242,7 @@ fn election_report(path: &str, found: &Found) -> ElectionReport {
         path: path.to_string(),
         exists: !matches!(found, Found::Missing),
         leader: None,
+        proclaimed: None,
         candidates: vec![],
     };
     if let Found::Queue {
@@ -251,6 +255,7 @@ fn election_report(path: &str, found: &Found) -> ElectionReport {
             .map(|c| Entry::of(c, "exclusive"));
         report.leader = all.next();
         report.candidates = all.collect();
+        report.proclaimed = holders.iter().chain(waiters).next().and_then(proclaimed);
     }
     report
 }
@@ -299,6 +304,10 @@ fn describe(path: &str, found: &Found, kind: Kind) -> String {
             let all: Vec<&Contender> = holders.iter().chain(waiters).collect();
             let first = all[0];
             let behind = all.len() - 1;
+            let value = match (kind, proclaimed(first)) {
+                (Kind::Election, Some(value)) => format!("proclaimed: {value}\n"),
+                _ => String::new(),
+            };
             format!(
                 "{path}: {} {} for {}, {behind} {}\n",
                 match kind {
@@ -312,7 +321,8 @@ fn describe(path: &str, found: &Found, kind: Kind) -> String {
                     (Kind::Election, 1) => "candidate behind",
                     (Kind::Election, _) => "candidates behind",
                 }
-            ) + &table(&all[..1], &all[1..], kind)
+            ) + &value
+                + &table(&all[..1], &all[1..], kind)
         }
         Found::Semaphore {
             limit,
@@ -340,6 +350,12 @@ fn describe(path: &str, found: &Found, kind: Kind) -> String {
             head + &table(holders, waiters, kind)
         }
     }
+}
+
+/// The value a leader proclaimed, as text.
+fn proclaimed(c: &Contender) -> Option<String> {
+    let value = c.owner.proclaimed.as_deref()?;
+    Some(String::from_utf8_lossy(value).into_owned())
 }
 
 fn names<C: std::borrow::Borrow<Contender>>(contenders: &[C]) -> String {

@@ -9,52 +9,8 @@ mod process;
 use std::time::Duration;
 
 use common::{children, connect, shared_ensemble, unique_path, until_children};
-use process::{next_line, read_pid, signal, zkfence};
-use tokio::io::AsyncReadExt;
-use tokio::process::{Child, Command};
+use process::{finish, next_line, read_pid, run, signal, zkfence, Ran};
 use tokio::time::Instant;
-
-struct Ran {
-    code: Option<i32>,
-    stdout: String,
-    stderr: String,
-}
-
-/// Runs to completion (at most `limit`).
-async fn run(mut cmd: Command, limit: Duration) -> Ran {
-    let out = tokio::time::timeout(limit, cmd.output())
-        .await
-        .unwrap_or_else(|_| panic!("zkfence did not finish within {limit:?}"))
-        .expect("run zkfence");
-    Ran {
-        code: out.status.code(),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
-}
-
-/// Waits for `child` to exit (at most `limit`) and collects what it wrote.
-async fn finish(mut child: Child, limit: Duration) -> Ran {
-    let mut stdout = child.stdout.take();
-    let mut stderr = child.stderr.take();
-    let status = tokio::time::timeout(limit, child.wait())
-        .await
-        .unwrap_or_else(|_| panic!("zkfence did not exit within {limit:?}"))
-        .expect("wait for zkfence");
-    let mut out = String::new();
-    let mut err = String::new();
-    if let Some(s) = stdout.as_mut() {
-        s.read_to_string(&mut out).await.unwrap();
-    }
-    if let Some(s) = stderr.as_mut() {
-        s.read_to_string(&mut err).await.unwrap();
-    }
-    Ran {
-        code: status.code(),
-        stdout: out,
-        stderr: err,
-    }
-}
 
 fn alive(pid: i32) -> bool {
     // SAFETY: signal 0 only checks that the process exists.
@@ -665,4 +621,46 @@ async fn demo_keeps_every_promise() {
     assert_eq!(ran.stdout.matches('✔').count(), 6, "{}", ran.stdout);
     assert!(ran.stdout.contains("all 5 promises held"), "{}", ran.stdout);
     assert!(!ran.stdout.contains('✘'));
+}
+
+/// Issue 24: `zkfence leader` prints what the leader proclaimed, in text and JSON.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leader_prints_the_proclaimed_value() {
+    let zk = shared_ensemble();
+    let a = connect(&zk.connect_string(), Duration::from_secs(4)).await;
+    let path = unique_path("leader-proclaim");
+    let leadership = a.election(&path).campaign("c1").await.unwrap();
+    let json =
+        |ran: &Ran| -> serde_json::Value { serde_json::from_str(&ran.stdout).expect("valid JSON") };
+    let before = run(
+        zkfence(&zk.connect_string(), &["leader", &path, "--json"]),
+        Duration::from_secs(20),
+    )
+    .await;
+    assert_eq!(json(&before)["proclaimed"], serde_json::Value::Null);
+    leadership.proclaim("http://10.0.0.7:8080").await.unwrap();
+    let after = run(
+        zkfence(&zk.connect_string(), &["leader", &path, "--json"]),
+        Duration::from_secs(20),
+    )
+    .await;
+    assert_eq!(json(&after)["proclaimed"], "http://10.0.0.7:8080");
+    assert_eq!(json(&after)["leader"]["owner"]["id"], "c1");
+    let text = run(
+        zkfence(&zk.connect_string(), &["leader", &path]),
+        Duration::from_secs(20),
+    )
+    .await;
+    let lines: Vec<&str> = text.stdout.lines().collect();
+    assert!(
+        lines[0].starts_with(&format!("{path}: led by c1")),
+        "{}",
+        text.stdout
+    );
+    assert_eq!(
+        lines[1], "proclaimed: http://10.0.0.7:8080",
+        "{}",
+        text.stdout
+    );
+    leadership.resign().await.unwrap();
 }

@@ -426,6 +426,7 @@ async fn every_help_shows_the_one_exit_code_table_of_the_readme() {
         &["elect", "--help"],
         &["status", "--help"],
         &["leader", "--help"],
+        &["revoke", "--help"],
         &["gc", "--help"],
     ] {
         let ran = run(zkfence_bare(args), Duration::from_secs(10)).await;
@@ -550,7 +551,11 @@ async fn every_json_output_follows_the_documented_schema() {
     let json: serde_json::Value = serde_json::from_str(&ran.stdout).expect("valid JSON");
     let mut keys: Vec<&String> = json.as_object().unwrap().keys().collect();
     keys.sort();
-    assert_eq!(keys, ["candidates", "exists", "leader", "path"], "{json}");
+    assert_eq!(
+        keys,
+        ["candidates", "exists", "leader", "path", "proclaimed"],
+        "{json}"
+    );
     assert_eq!(json["leader"]["owner"]["id"], "c1");
     assert!(json["candidates"].as_array().unwrap().is_empty());
     leader.resign().await.unwrap();
@@ -778,4 +783,70 @@ async fn the_waiting_line_names_a_semaphores_holders() {
         text.contains("(alpha") && !text.contains("true ("),
         "only the holder, not us: {text}"
     );
+}
+
+/// Issue 24: completions and the man page are generated from the same definitions as
+/// `--help`: each names every subcommand, the man page is roff with the exit codes, each
+/// subcommand's own page exists, and a shell or page that does not exist is refused.
+#[tokio::test]
+async fn completions_and_man_pages_are_generated_from_the_definitions() {
+    let subcommands = [
+        "exec", "elect", "status", "leader", "revoke", "gc", "ensemble", "demo",
+    ];
+    for shell in ["bash", "zsh", "fish"] {
+        let ran = run(
+            zkfence_bare(&["completions", shell]),
+            Duration::from_secs(10),
+        )
+        .await;
+        assert_eq!(ran.code, Some(0), "{shell}: {}", ran.stderr);
+        for sub in subcommands {
+            assert!(ran.stdout.contains(sub), "{shell} completes {sub}");
+        }
+        // Options of a subcommand too.
+        assert!(
+            ran.stdout.contains("revocable"),
+            "{shell} completes exec --revocable"
+        );
+    }
+    let bash = run(
+        zkfence_bare(&["completions", "bash"]),
+        Duration::from_secs(10),
+    )
+    .await;
+    assert!(
+        bash.stdout.contains("complete -F _zkfence"),
+        "{}",
+        bash.stdout
+    );
+
+    let man = run(zkfence_bare(&["man"]), Duration::from_secs(10)).await;
+    assert_eq!(man.code, Some(0), "{}", man.stderr);
+    assert!(man.stdout.contains(".TH zkfence 1"), "{}", man.stdout);
+    let listed = man
+        .stdout
+        .split(".SH SUBCOMMANDS")
+        .nth(1)
+        .expect("a SUBCOMMANDS section");
+    for sub in subcommands {
+        assert!(
+            listed.contains(&format!("zkfence\\-{sub}(1)")),
+            "lists {sub}:\n{listed}"
+        );
+    }
+    assert!(man.stdout.contains("Exit codes:"), "{}", man.stdout);
+    let exec = run(zkfence_bare(&["man", "exec"]), Duration::from_secs(10)).await;
+    assert_eq!(exec.code, Some(0), "{}", exec.stderr);
+    assert!(
+        exec.stdout.contains(".TH zkfence-exec 1"),
+        "{}",
+        exec.stdout
+    );
+    assert!(exec.stdout.contains("revocable"), "{}", exec.stdout);
+
+    for bad in [&["completions", "tcsh"][..], &["man", "nope"]] {
+        let ran = run(zkfence_bare(bad), Duration::from_secs(10)).await;
+        assert_eq!(ran.code, Some(2), "{bad:?}: {}", ran.stderr);
+        assert!(ran.stdout.is_empty(), "{bad:?} prints nothing on stdout");
+    }
 }

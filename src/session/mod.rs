@@ -21,7 +21,8 @@ pub(crate) use clock::{Acquiring, Holding};
 pub(crate) use listing::QueueListing;
 pub use ops::FencedOp;
 pub(crate) use ops::{
-    outcome_unknown, ChildrenWatch, Created, FencedFailure, NodeEvent, NodeWatch,
+    outcome_unknown, pause_before_retry, ChildrenWatch, Created, FencedFailure, NodeEvent,
+    NodeWatch,
 };
 /// Options for [`Session::connect`].
 ///

@@ -345,6 +345,41 @@ impl Shared {
         Ok(out)
     }
 
+    /// The node's data and stat, and a watch on its data (which also fires at its deletion):
+    /// `None` if it does not exist.
+    pub(crate) async fn data_watched(
+        &self,
+        path: &str,
+    ) -> Result<Option<(Vec<u8>, zk::Stat, NodeWatch)>> {
+        Counters::bump(&self.counters.watches);
+        let read = self
+            .read_node("watch data", path, || self.client.get_and_watch_data(path))
+            .await?;
+        Ok(read.map(|(data, stat, watcher)| (data, stat, NodeWatch::new(watcher))))
+    }
+
+    /// Sets `path`'s data if its version is `version`: one attempt, the raw error for the
+    /// caller to decide (an unknown outcome may have been applied). A success and the
+    /// refusals the leader orders (`NoNode`, `BadVersion`) are committed answers.
+    pub(crate) async fn set_data(
+        &self,
+        path: &str,
+        data: &[u8],
+        version: i32,
+    ) -> std::result::Result<zk::Stat, zk::Error> {
+        let sent = Instant::now();
+        let result = self.client.set_data(path, data, Some(version)).await;
+        match &result {
+            Ok(_) => self.answered(Answer::Committed, sent),
+            Err(e) => {
+                if let Some(answer) = write_error_answer(e) {
+                    self.answered(answer, sent);
+                }
+            }
+        }
+        result
+    }
+
     /// Sets a watch on `path`: `None` if it does not exist.
     pub(crate) async fn watch_node(&self, path: &str) -> Result<Option<NodeWatch>> {
         Counters::bump(&self.counters.watches);

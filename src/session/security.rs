@@ -73,6 +73,7 @@ impl Security {
 }
 
 #[cfg(feature = "tls")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
 impl SessionOptions {
     /// Connects over TLS, trusting the CA certificates (PEM) in `path` to sign the servers'
     /// certificates. Every server of the connect string is then spoken to over TLS (its
@@ -140,6 +141,7 @@ impl Security {
 }
 
 #[cfg(feature = "sasl")]
+#[cfg_attr(docsrs, doc(cfg(feature = "sasl")))]
 impl SessionOptions {
     /// Authenticates with SASL DIGEST-MD5 as `user` (a `user_<name>` of the servers' JAAS
     /// `Server` section, with `authProvider.sasl` configured). The session's identity is

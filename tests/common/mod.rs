@@ -13,6 +13,7 @@ use tokio::time::Instant;
 use zkfence::{Session, SessionOptions};
 use zkfence_testcontainers::Ensemble;
 
+pub mod curator;
 pub mod partition;
 
 /// The tick time of test ensembles: session timeouts may range over [0.4 s, 4 s].

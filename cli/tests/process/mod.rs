@@ -7,7 +7,7 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
-use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 use tokio::process::{Child, Command};
 
 /// The binary under test: this crate's, or another build named by `ZKFENCE_TEST_BIN` (e.g.
@@ -58,4 +58,47 @@ pub fn read_pid(file: &Path) -> i32 {
         .trim()
         .parse()
         .expect("a pid")
+}
+
+/// How a `zkfence` run ended, and what it wrote.
+pub struct Ran {
+    pub code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// Runs to completion (at most `limit`).
+pub async fn run(mut cmd: Command, limit: Duration) -> Ran {
+    let out = tokio::time::timeout(limit, cmd.output())
+        .await
+        .unwrap_or_else(|_| panic!("zkfence did not finish within {limit:?}"))
+        .expect("run zkfence");
+    Ran {
+        code: out.status.code(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// Waits for `child` to exit (at most `limit`) and collects what it wrote.
+pub async fn finish(mut child: Child, limit: Duration) -> Ran {
+    let mut stdout = child.stdout.take();
+    let mut stderr = child.stderr.take();
+    let status = tokio::time::timeout(limit, child.wait())
+        .await
+        .unwrap_or_else(|_| panic!("zkfence did not exit within {limit:?}"))
+        .expect("wait for zkfence");
+    let mut out = String::new();
+    let mut err = String::new();
+    if let Some(s) = stdout.as_mut() {
+        s.read_to_string(&mut out).await.unwrap();
+    }
+    if let Some(s) = stderr.as_mut() {
+        s.read_to_string(&mut err).await.unwrap();
+    }
+    Ran {
+        code: status.code(),
+        stdout: out,
+        stderr: err,
+    }
 }
