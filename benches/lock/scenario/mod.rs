@@ -9,6 +9,8 @@ pub mod keepalive;
 pub mod multi;
 pub mod parallel;
 mod queue;
+pub mod round_trips;
+pub mod sessions;
 pub mod scale;
 #[cfg(feature = "tls")]
 pub mod tls;

@@ -1,0 +1,77 @@
+//! The picture: one panel per scenario, the latency distribution (CDF) of each of its arms,
+//! on a log time axis, drawn with `plotters`' SVG backend into `target/bench/latency.svg`.
+
+use std::path::Path;
+use std::time::Duration;
+
+use plotters::prelude::*;
+
+use crate::stats::ms;
+use crate::Result;
+
+/// Series colours, in arm order: zkfence first, in the palette's strongest colour.
+const COLOURS: [RGBColor; 6] = [
+    RGBColor(214, 39, 40),
+    RGBColor(31, 119, 180),
+    RGBColor(44, 160, 44),
+    RGBColor(255, 127, 14),
+    RGBColor(148, 103, 189),
+    RGBColor(127, 127, 127),
+];
+
+/// `panels`: (scenario, [(arm, latencies)]).
+pub fn latency_cdfs(path: &Path, panels: &[(String, Vec<(String, Vec<Duration>)>)]) -> Result<()> {
+    let height = 300 * panels.len() as u32;
+    let root = SVGBackend::new(path, (900, height)).into_drawing_area();
+    root.fill(&WHITE)?;
+    for (area, (scenario, arms)) in root.split_evenly((panels.len(), 1)).iter().zip(panels) {
+        let all: Vec<f64> = arms
+            .iter()
+            .flat_map(|(_, l)| l.iter().map(|d| ms(*d)))
+            .collect();
+        // A log axis from a bit under the fastest sample to a bit over the slowest.
+        let lo = all.iter().copied().fold(f64::INFINITY, f64::min).max(0.01) * 0.8;
+        let hi = all.iter().copied().fold(0.0, f64::max).max(lo * 2.0) * 1.25;
+        let mut chart = ChartBuilder::on(area)
+            .caption(scenario, ("sans-serif", 18))
+            .margin(12)
+            .x_label_area_size(36)
+            .y_label_area_size(52)
+            .build_cartesian_2d((lo..hi).log_scale(), 0.0..1.0)?;
+        chart
+            .configure_mesh()
+            .x_desc("latency (ms, log scale)")
+            .y_desc("fraction ≤ x")
+            .x_labels(10)
+            .y_labels(6)
+            .draw()?;
+        for (i, (arm, latencies)) in arms.iter().enumerate() {
+            let mut sorted: Vec<f64> = latencies.iter().map(|d| ms(*d)).collect();
+            sorted.sort_by(f64::total_cmp);
+            let n = sorted.len() as f64;
+            let colour = COLOURS[i % COLOURS.len()];
+            let points = sorted
+                .iter()
+                .enumerate()
+                .map(|(k, x)| (*x, (k + 1) as f64 / n));
+            chart
+                .draw_series(LineSeries::new(points, colour.stroke_width(2)))?
+                .label(format!("{arm} (n = {}, p50 {:.2} ms)", sorted.len(), median(&sorted)))
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 18, y)], colour.stroke_width(2))
+                });
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::LowerRight)
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK)
+            .draw()?;
+    }
+    root.present()?;
+    Ok(())
+}
+
+fn median(sorted: &[f64]) -> f64 {
+    sorted.get(sorted.len().saturating_sub(1) / 2).copied().unwrap_or(f64::NAN)
+}
