@@ -58,6 +58,8 @@
 //! Output: one markdown table on stdout (the README's), progress on stderr, and every figure,
 //! per round too, in `target/bench/lock.json` (under `CARGO_TARGET_DIR` when set). `--only`
 //! and `--rounds` are for working on one scenario; the JSON then holds only what ran.
+//! `--only-ours` runs only zkfence's arm in scenarios 1 and 3, for a profiler (the README's
+//! "what the time went to" was measured so).
 //! `--check` makes the run fail (exit status 1) when a goal that noise cannot move is missed:
 //! requests per cycle, notifications per release, FIFO order, a keepalive rate flat in the
 //! number of leases, no znode left behind by the seat-hold, round trips before the grant,
@@ -101,6 +103,9 @@ pub const QUICK_SCALE_POINTS: &[usize] = &[1_000, 2_000];
 #[derive(Debug, Clone)]
 pub struct Plan {
     pub quick: bool,
+    /// `--only-ours`: scenarios 1 and 3 run zkfence's arm alone (for a profiler: the
+    /// process then spends its CPU on nothing else); their ratios are then empty.
+    pub only_ours: bool,
     /// Interleaved rounds of every timed comparison.
     pub rounds: usize,
     /// Acquire+release cycles per arm and round, uncontended.
@@ -137,6 +142,7 @@ impl Plan {
         if quick {
             Plan {
                 quick,
+                only_ours: false,
                 rounds: 3,
                 uncontended_cycles: 50,
                 contenders: 8,
@@ -156,6 +162,7 @@ impl Plan {
         } else {
             Plan {
                 quick,
+                only_ours: false,
                 rounds: 9,
                 uncontended_cycles: 200,
                 contenders: 8,
@@ -196,12 +203,13 @@ struct Args {
     check: bool,
 }
 
-/// Command line: `[--quick] [--check] [--only a,b] [--rounds N]`. `cargo bench` adds
+/// Command line: `[--quick] [--check] [--only a,b] [--rounds N] [--only-ours]`. `cargo bench` adds
 /// `--bench`, which is ignored like anything else unknown.
 fn parse_args() -> Result<Args> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut plan = Plan::new(args.iter().any(|a| a == "--quick"));
     let check = args.iter().any(|a| a == "--check");
+    plan.only_ours = args.iter().any(|a| a == "--only-ours");
     let mut only: Vec<String> = SCENARIOS.iter().map(|s| s.to_string()).collect();
     let value = |i: usize, name: &str| -> Result<String> {
         let arg = &args[i];

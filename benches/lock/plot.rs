@@ -56,7 +56,11 @@ pub fn latency_cdfs(path: &Path, panels: &[(String, Vec<(String, Vec<Duration>)>
                 .map(|(k, x)| (*x, (k + 1) as f64 / n));
             chart
                 .draw_series(LineSeries::new(points, colour.stroke_width(2)))?
-                .label(format!("{arm} (n = {}, p50 {:.2} ms)", sorted.len(), median(&sorted)))
+                .label(format!(
+                    "{arm} (n = {}, p50 {:.2} ms)",
+                    sorted.len(),
+                    median(&sorted)
+                ))
                 .legend(move |(x, y)| {
                     PathElement::new(vec![(x, y), (x + 18, y)], colour.stroke_width(2))
                 });
@@ -73,5 +77,8 @@ pub fn latency_cdfs(path: &Path, panels: &[(String, Vec<(String, Vec<Duration>)>
 }
 
 fn median(sorted: &[f64]) -> f64 {
-    sorted.get(sorted.len().saturating_sub(1) / 2).copied().unwrap_or(f64::NAN)
+    sorted
+        .get(sorted.len().saturating_sub(1) / 2)
+        .copied()
+        .unwrap_or(f64::NAN)
 }

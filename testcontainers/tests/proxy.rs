@@ -232,8 +232,14 @@ async fn delay_adds_one_round_trip_to_pipelined_messages() {
     assert_eq!(&echoed, b"abcde", "the bytes arrive whole and in order");
     // At least the added round trip; far less than five of them (2 s), which sending each
     // message only after the one before it was relayed would take.
-    assert!(delayed >= one_way * 2, "added round trip missing: {delayed:?}");
-    assert!(delayed < one_way * 6, "messages were not pipelined: {delayed:?}");
+    assert!(
+        delayed >= one_way * 2,
+        "added round trip missing: {delayed:?}"
+    );
+    assert!(
+        delayed < one_way * 6,
+        "messages were not pipelined: {delayed:?}"
+    );
 
     proxy.delay(Duration::ZERO);
     let direct = exchange(&mut client, &mut echoed).await;

@@ -250,11 +250,7 @@ async fn seats(bench: &Bench, report: &mut Report) -> Result<()> {
                 scenario3.map_or(String::new(), |p| format!("; {p:.0} (scenario 3)"))
             ))
             .ratio(format!("ours/hot {}{parallel_cell}", vs_hot.cell()))
-            .goal(Goal::at_least(
-                "seathold.ratio_vs_hot",
-                vs_hot.median,
-                0.85,
-            )),
+            .goal(Goal::at_least("seathold.ratio_vs_hot", vs_hot.median, 0.85)),
     );
     report.row(
         Row::new(&scenario, "requests per cycle (at the server)")
@@ -444,8 +440,8 @@ async fn idle(bench: &Bench, report: &mut Report) -> Result<()> {
                 Goal::at_most(key, trips.count(), 2.0)
                     .checked()
                     .detail(format!(
-                        "median of (acquire latency with the delay − without) over the added \
-                         round trip, rounded; a proxy adding {} ms each way (ratios {:?})",
+                        "median of (acquire latency with the delay − without) over what the delay \
+                         added to one exists, rounded; a proxy adding {} ms each way (ratios {:?})",
                         ONE_WAY.as_millis(),
                         trips.ratios
                     )),

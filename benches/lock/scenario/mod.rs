@@ -10,8 +10,8 @@ pub mod multi;
 pub mod parallel;
 mod queue;
 pub mod round_trips;
-pub mod sessions;
 pub mod scale;
+pub mod sessions;
 #[cfg(feature = "tls")]
 pub mod tls;
 pub mod uncontended;

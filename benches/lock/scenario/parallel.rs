@@ -111,9 +111,11 @@ pub async fn run(bench: &Bench, report: &mut Report) -> Result<()> {
     // Warm-up (creates the directories), one round's worth per arm, not measured.
     let k = plan.parallel_cycles;
     parallel_ours(&session, &ours_dirs, k).await?;
-    parallel_peer(&peer_client, &peer_dirs, k).await?;
-    parallel_raw(&raw_client, &raw_dirs, k, false).await?;
-    parallel_raw(&floor_client, &floor_dirs, k, true).await?;
+    if !plan.only_ours {
+        parallel_peer(&peer_client, &peer_dirs, k).await?;
+        parallel_raw(&raw_client, &raw_dirs, k, false).await?;
+        parallel_raw(&floor_client, &floor_dirs, k, true).await?;
+    }
 
     let (mut ours, mut peer, mut raw, mut floor) = (
         Arm::default(),
@@ -127,8 +129,13 @@ pub async fn run(bench: &Bench, report: &mut Report) -> Result<()> {
         Parallel::Raw,
         Parallel::Floor,
     ];
+    let arms = if plan.only_ours {
+        &arms[..1]
+    } else {
+        &arms[..]
+    };
     for round in 0..plan.rounds {
-        for arm in order(&arms, round) {
+        for arm in order(arms, round) {
             match arm {
                 Parallel::Ours => {
                     let work = parallel_ours(&session, &ours_dirs, k);

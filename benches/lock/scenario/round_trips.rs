@@ -2,9 +2,10 @@
 //! bench's follower through a [`FaultProxy`] adding [`ONE_WAY`] in each direction waits
 //! `k × 2 × ONE_WAY` longer for a grant that needs `k` round trips, whatever the number of
 //! requests pipelined in each. Each delayed acquire is paired with the same acquire through
-//! the same proxy without the delay, right after it, and the difference is what is divided:
-//! the servers' own time (a quorum write, an fsync: 10–20 ms here) is then not mistaken for
-//! part of a round trip.
+//! the same proxy without the delay, right after it, and the difference is divided by what
+//! the delay added to one `exists` on the same connection (one round trip, measured in the
+//! same pair): the servers' own time (a quorum write, an fsync: 10–20 ms here) and the
+//! proxy's own are then not mistaken for round trips.
 
 use std::future::Future;
 use std::time::{Duration, Instant};
@@ -47,14 +48,23 @@ impl Delayed {
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<Duration>>,
     {
-        let (mut delayed, mut direct) = (Vec::new(), Vec::new());
+        let (mut delayed, mut direct, mut probe) = (Vec::new(), Vec::new(), Vec::new());
         for _ in 0..SAMPLES {
             self.proxy.delay(ONE_WAY);
             delayed.push(acquire().await?);
+            let one = self.one_round_trip().await?;
             self.proxy.delay(Duration::ZERO);
             direct.push(acquire().await?);
+            probe.push(one.saturating_sub(self.one_round_trip().await?));
         }
-        Ok(RoundTrips::new(&delayed, &direct))
+        Ok(RoundTrips::new(&delayed, &direct, &probe))
+    }
+
+    /// One read on the session's connection (an `exists` of `/`), timed: one round trip.
+    async fn one_round_trip(&self) -> Result<Duration> {
+        let t = Instant::now();
+        self.session.client().check_stat("/").await?;
+        Ok(t.elapsed())
     }
 }
 
@@ -69,24 +79,29 @@ pub async fn timed_acquire(lock: &Lock) -> Result<Duration> {
 
 /// What a delayed arm measured: each acquire's added latency in added round trips.
 pub struct RoundTrips {
-    /// (Delayed − direct latency) over the added round trip, per pair (unrounded).
+    /// (Delayed − direct latency) over what the delay added to one `exists`, per pair
+    /// (unrounded).
     pub ratios: Vec<f64>,
     pub delayed: Vec<Duration>,
     pub direct: Vec<Duration>,
+    /// What the delay added to one `exists` (one round trip), per pair: the divisor, about
+    /// `2 × ONE_WAY`.
+    pub probe: Vec<Duration>,
 }
 
 impl RoundTrips {
-    fn new(delayed: &[Duration], direct: &[Duration]) -> RoundTrips {
-        let rtt = (ONE_WAY * 2).as_secs_f64();
+    fn new(delayed: &[Duration], direct: &[Duration], probe: &[Duration]) -> RoundTrips {
         let ratios = delayed
             .iter()
             .zip(direct)
-            .map(|(d, b)| (d.as_secs_f64() - b.as_secs_f64()) / rtt)
+            .zip(probe)
+            .map(|((d, b), p)| (d.as_secs_f64() - b.as_secs_f64()) / p.as_secs_f64())
             .collect();
         RoundTrips {
             ratios,
             delayed: delayed.to_vec(),
             direct: direct.to_vec(),
+            probe: probe.to_vec(),
         }
     }
 
@@ -99,12 +114,11 @@ impl RoundTrips {
     pub fn cell(&self) -> String {
         let s = spread(&self.ratios);
         format!(
-            "{:.0} ({:.2}, {:.2}–{:.2} × {} ms added, {} pairs)",
+            "{:.0} ({:.2}, {:.2}–{:.2} × one added round trip, {} pairs)",
             self.count(),
             s.median,
             s.min,
             s.max,
-            (ONE_WAY * 2).as_millis(),
             self.ratios.len()
         )
     }
@@ -115,6 +129,7 @@ impl RoundTrips {
             "added_rtt_ms": (ONE_WAY * 2).as_millis() as u64,
             "added_latency_over_rtt": self.ratios.iter().map(|r| crate::stats::round3(*r)).collect::<Vec<_>>(),
             "delayed_ms": self.delayed.iter().map(|d| crate::stats::round3(crate::stats::ms(*d))).collect::<Vec<_>>(),
+            "added_to_one_exists_ms": self.probe.iter().map(|d| crate::stats::round3(crate::stats::ms(*d))).collect::<Vec<_>>(),
             "direct_ms": self.direct.iter().map(|d| crate::stats::round3(crate::stats::ms(*d))).collect::<Vec<_>>(),
         })
     }

@@ -76,8 +76,8 @@ pub async fn run(bench: &Bench, report: &mut Report) -> Result<()> {
 
     let secs = elapsed.as_secs_f64();
     // A new epoch (a leader election) would reset the counter: then the figure is unknown.
-    let transactions = (zxid_after >> 32 == zxid_before >> 32)
-        .then(|| (zxid_after - zxid_before) as f64 / secs);
+    let transactions =
+        (zxid_after >> 32 == zxid_before >> 32).then(|| (zxid_after - zxid_before) as f64 / secs);
     let requests = counted.received as f64 / secs;
     let per_session_kib = rss_holding.saturating_sub(rss_before) as f64 / n as f64 / 1024.0;
     report.set(

@@ -44,14 +44,18 @@ pub async fn run(bench: &Bench, mut kazoo: Option<&mut Kazoo>, report: &mut Repo
     // without it the first round is several times slower than the rest.
     let n = plan.uncontended_cycles;
     cycles_ours(&lock, n).await?;
-    cycles_floor(&floor_client, &floor_dir, n).await?;
-    cycles_peer(&peer_client, &peer_dir, n).await?;
-    if let Some(k) = kazoo.as_deref_mut() {
-        k.uncontended(&kazoo_dir, n).await?;
+    if !plan.only_ours {
+        cycles_floor(&floor_client, &floor_dir, n).await?;
+        cycles_peer(&peer_client, &peer_dir, n).await?;
+        if let Some(k) = kazoo.as_deref_mut() {
+            k.uncontended(&kazoo_dir, n).await?;
+        }
     }
 
     let mut arms: Vec<Uncontended> = vec![Uncontended::Ours, Uncontended::Floor, Uncontended::Peer];
-    if kazoo.is_some() {
+    if plan.only_ours {
+        arms.truncate(1);
+    } else if kazoo.is_some() {
         arms.push(Uncontended::Kazoo);
     }
     let (mut ours, mut floor, mut peer, mut kz) = (
@@ -107,9 +111,7 @@ pub async fn run(bench: &Bench, mut kazoo: Option<&mut Kazoo>, report: &mut Repo
     let delayed_lock = delayed.session.lock(&bench.path("uncontended/delayed"));
     // Warm-up: makes the directory, so every timed acquire is a hot lock's.
     delayed_lock.acquire().await?.release().await?;
-    let round_trips = delayed
-        .round_trips(|| timed_acquire(&delayed_lock))
-        .await?;
+    let round_trips = delayed.round_trips(|| timed_acquire(&delayed_lock)).await?;
     drop(delayed_lock);
     delayed.session.close().await;
 
@@ -246,8 +248,8 @@ pub async fn run(bench: &Bench, mut kazoo: Option<&mut Kazoo>, report: &mut Repo
             )
             .checked()
             .detail(format!(
-                "median of (acquire latency with the delay − without) over the added round \
-                 trip, rounded; a proxy adding {} ms each way (ratios {:?})",
+                "median of (acquire latency with the delay − without) over what the delay \
+                 added to one exists, rounded; a proxy adding {} ms each way (ratios {:?})",
                 super::round_trips::ONE_WAY.as_millis(),
                 round_trips.ratios
             )),
