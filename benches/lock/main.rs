@@ -330,6 +330,7 @@ async fn run(plan: Plan, only: Vec<String>) -> Result<Report> {
             "server": servers.first(),
             "servers": servers,
             "session_timeout_s": SESSION_TIMEOUT.as_secs(),
+            "client_rusage": server::rusage(),
             "tick_ms": TICK.as_millis() as u64,
         }),
     );
