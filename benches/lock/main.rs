@@ -58,6 +58,7 @@
 //! Output: one markdown table on stdout (the README's), progress on stderr, and every figure,
 //! per round too, in `target/bench/lock.json` (under `CARGO_TARGET_DIR` when set). `--only`
 //! and `--rounds` are for working on one scenario; the JSON then holds only what ran.
+//! `--scale 1000,10000` sets the scale curve's points.
 //! `--only-ours` runs only zkfence's arm in scenarios 1 and 3, for a profiler (the README's
 //! "what the time went to" was measured so).
 //! `--check` makes the run fail (exit status 1) when a goal that noise cannot move is missed:
@@ -203,7 +204,7 @@ struct Args {
     check: bool,
 }
 
-/// Command line: `[--quick] [--check] [--only a,b] [--rounds N] [--only-ours]`. `cargo bench` adds
+/// Command line: `[--quick] [--check] [--only a,b] [--rounds N] [--scale N,M] [--only-ours]`. `cargo bench` adds
 /// `--bench`, which is ignored like anything else unknown.
 fn parse_args() -> Result<Args> {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -231,6 +232,12 @@ fn parse_args() -> Result<Args> {
             }
         } else if arg == "--rounds" || arg.starts_with("--rounds=") {
             plan.rounds = value(i, "--rounds")?.parse()?;
+        } else if arg == "--scale" || arg.starts_with("--scale=") {
+            plan.scale_points = value(i, "--scale")?
+                .split(',')
+                .map(|n| n.trim().replace('_', "").parse::<usize>())
+                .collect::<Result<_, _>>()
+                .map_err(|e| format!("--scale takes waiter counts like 1000,10000: {e}"))?;
         }
     }
     Ok(Args { plan, only, check })

@@ -19,12 +19,18 @@ const COLOURS: [RGBColor; 6] = [
     RGBColor(127, 127, 127),
 ];
 
-/// `panels`: (scenario, [(arm, latencies)]).
-pub fn latency_cdfs(path: &Path, panels: &[(String, Vec<(String, Vec<Duration>)>)]) -> Result<()> {
+/// One panel of the picture: a scenario and each of its arms' latencies.
+pub struct Panel {
+    pub scenario: String,
+    pub arms: Vec<(String, Vec<Duration>)>,
+}
+
+pub fn latency_cdfs(path: &Path, panels: &[Panel]) -> Result<()> {
     let height = 300 * panels.len() as u32;
     let root = SVGBackend::new(path, (900, height)).into_drawing_area();
     root.fill(&WHITE)?;
-    for (area, (scenario, arms)) in root.split_evenly((panels.len(), 1)).iter().zip(panels) {
+    for (area, Panel { scenario, arms }) in root.split_evenly((panels.len(), 1)).iter().zip(panels)
+    {
         let all: Vec<f64> = arms
             .iter()
             .flat_map(|(_, l)| l.iter().map(|d| ms(*d)))

@@ -180,7 +180,7 @@ pub struct Report {
     rows: Vec<Row>,
     json: Map<String, Value>,
     /// Per scenario, each arm's pooled latencies, for the picture.
-    latencies: Vec<(String, Vec<(String, Vec<Duration>)>)>,
+    latencies: Vec<crate::plot::Panel>,
 }
 
 impl Report {
@@ -226,9 +226,12 @@ impl Report {
             return;
         }
         let series = (arm.to_string(), of.latencies());
-        match self.latencies.iter_mut().find(|(s, _)| s == scenario) {
-            Some((_, arms)) => arms.push(series),
-            None => self.latencies.push((scenario.to_string(), vec![series])),
+        match self.latencies.iter_mut().find(|p| p.scenario == scenario) {
+            Some(panel) => panel.arms.push(series),
+            None => self.latencies.push(crate::plot::Panel {
+                scenario: scenario.to_string(),
+                arms: vec![series],
+            }),
         }
     }
 
