@@ -43,7 +43,10 @@ pub fn latency_cdfs(path: &Path, panels: &[Panel]) -> Result<()> {
             .margin(12)
             .x_label_area_size(36)
             .y_label_area_size(52)
-            .build_cartesian_2d((lo..hi).log_scale(), 0.0..1.0)?;
+            .build_cartesian_2d(
+                (lo..hi).log_scale().with_key_points(ticks(lo, hi)),
+                0.0..1.0,
+            )?;
         chart
             .configure_mesh()
             .x_desc("latency (ms, log scale)")
@@ -80,6 +83,23 @@ pub fn latency_cdfs(path: &Path, panels: &[Panel]) -> Result<()> {
     }
     root.present()?;
     Ok(())
+}
+
+/// 1-2-5 ticks (…, 0.5, 1, 2, 5, 10, …) within `lo..hi`: a log axis's own choice labels
+/// only the decade when the range is under two decades wide.
+fn ticks(lo: f64, hi: f64) -> Vec<f64> {
+    let mut ticks = Vec::new();
+    let mut decade = 10f64.powf(lo.log10().floor());
+    while decade <= hi {
+        for m in [1.0, 2.0, 5.0] {
+            let t = decade * m;
+            if (lo..=hi).contains(&t) {
+                ticks.push(t);
+            }
+        }
+        decade *= 10.0;
+    }
+    ticks
 }
 
 fn median(sorted: &[f64]) -> f64 {
