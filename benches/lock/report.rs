@@ -179,6 +179,8 @@ impl Row {
 pub struct Report {
     rows: Vec<Row>,
     json: Map<String, Value>,
+    /// Per scenario, each arm's pooled latencies, for the picture.
+    latencies: Vec<crate::plot::Panel>,
 }
 
 impl Report {
@@ -215,6 +217,22 @@ impl Report {
     /// What a scenario that ran before put under `key`, for a row that cites its figure.
     pub fn get(&self, key: &str) -> Option<&Value> {
         self.json.get(key)
+    }
+
+    /// Adds an arm's latencies (all rounds pooled) to `scenario`'s panel of the picture; an
+    /// arm that did not run is left out.
+    pub fn latencies(&mut self, scenario: &str, arm: &str, of: &Arm) {
+        if !of.ran() || of.latencies().is_empty() {
+            return;
+        }
+        let series = (arm.to_string(), of.latencies());
+        match self.latencies.iter_mut().find(|p| p.scenario == scenario) {
+            Some(panel) => panel.arms.push(series),
+            None => self.latencies.push(crate::plot::Panel {
+                scenario: scenario.to_string(),
+                arms: vec![series],
+            }),
+        }
     }
 
     pub fn set_in(&mut self, outer: &str, inner: &str, value: Value) {
@@ -297,6 +315,7 @@ impl Report {
         println!("[checked]: {}", checked.join(", "));
     }
 
+    /// Writes `lock.json` and, when a scenario gave latencies, `latency.svg` beside it.
     pub fn write(&self) -> Result<PathBuf> {
         let target = std::env::var_os("CARGO_TARGET_DIR")
             .map(PathBuf::from)
@@ -308,6 +327,9 @@ impl Report {
         };
         let dir = target.join("bench");
         std::fs::create_dir_all(&dir)?;
+        if !self.latencies.is_empty() {
+            crate::plot::latency_cdfs(&dir.join("latency.svg"), &self.latencies)?;
+        }
         let path = dir.join("lock.json");
         let mut all = self.json.clone();
         let goals: Map<String, Value> = self.goals().map(|g| (g.key.clone(), g.json())).collect();

@@ -293,6 +293,24 @@ pub fn total_metrics(sessions: &[Session]) -> SessionMetrics {
     sum
 }
 
+/// This process's user and system CPU time and context switches so far (`getrusage`): how
+/// the client's CPU splits between its own code and the kernel's (syscalls, wake-ups).
+pub fn rusage() -> serde_json::Value {
+    // SAFETY: an all-zero rusage is a valid value; getrusage only writes into it.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `usage` is valid and writable; RUSAGE_SELF is a constant.
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) } != 0 {
+        return serde_json::Value::Null;
+    }
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    serde_json::json!({
+        "user_s": crate::stats::round3(secs(usage.ru_utime)),
+        "system_s": crate::stats::round3(secs(usage.ru_stime)),
+        "voluntary_context_switches": usage.ru_nvcsw,
+        "involuntary_context_switches": usage.ru_nivcsw,
+    })
+}
+
 /// RSS after returning the allocator's free memory to the system.
 pub fn rss_trimmed() -> u64 {
     // SAFETY: malloc_trim has no preconditions; it only releases free heap pages.

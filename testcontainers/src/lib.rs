@@ -6,7 +6,7 @@
 //! and restart single nodes, ask them four-letter words (`srvr`, `cons`, `mntr`, ...), and
 //! put a [`FaultProxy`] between clients and servers to fake network partitions
 //! ([`FaultProxy::blackhole`]), lost responses ([`FaultProxy::hold_responses`]) and dropped
-//! connections ([`FaultProxy::cut`]). With
+//! connections ([`FaultProxy::cut`]), and adds latency ([`FaultProxy::delay`]). With
 //! [`EnsembleBuilder::peer_links`] it also cuts one server off from its peers while its
 //! clients stay connected ([`Ensemble::isolate`]).
 //!

@@ -1,15 +1,18 @@
 //! A TCP proxy between ZooKeeper clients and servers that can fake network faults.
 
+use std::collections::VecDeque;
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
 
 /// Rewrites the first message a client sends on a connection before any byte of it reaches
 /// the server: given the bytes read so far, `None` asks for more, `Some(bytes)` is what to
@@ -33,6 +36,8 @@ struct State {
     mode: Mode,
     /// Bumped by [`FaultProxy::cut`]: connections born in an older epoch close.
     epoch: u64,
+    /// Set by [`FaultProxy::delay`]: how long each byte waits in each direction.
+    delay: Duration,
 }
 
 /// A loopback TCP proxy in front of ZooKeeper servers, for injecting client-side network
@@ -48,6 +53,8 @@ struct State {
 ///   reach the client.
 /// * [`cut`](Self::cut): every current connection is closed (the client reads EOF).
 /// * [`heal`](Self::heal): back to normal.
+/// * [`delay`](Self::delay): a fixed latency in each direction (a long link), which keeps
+///   pipelined requests pipelined.
 ///
 /// Dropping the proxy stops it and closes all its sockets. It must be created inside a
 /// tokio runtime, whose tasks do the relaying.
@@ -75,6 +82,7 @@ impl FaultProxy {
         let (state, _) = watch::channel(State {
             mode: Mode::Forward,
             epoch: 0,
+            delay: Duration::ZERO,
         });
         let live = Arc::new(AtomicUsize::new(0));
         let mut listen_addrs = Vec::with_capacity(upstreams.len());
@@ -158,6 +166,22 @@ impl FaultProxy {
         self.state.send_modify(|s| s.mode = Mode::Forward);
     }
 
+    /// Holds every byte relayed from now on for `one_way` in each direction before it is
+    /// written on (`Duration::ZERO`, the default, relays at once): a link whose round trip
+    /// is `2 × one_way` longer. Bytes are timed from when the proxy read them, so requests
+    /// a client sends back to back still arrive back to back: the added time counts round
+    /// trips, not requests. Applies to current connections too; bytes already waiting keep
+    /// their time.
+    ///
+    /// ```no_run
+    /// # async fn f(proxy: zkfence_testcontainers::FaultProxy) {
+    /// proxy.delay(std::time::Duration::from_millis(40)); // 80 ms more per round trip
+    /// # }
+    /// ```
+    pub fn delay(&self, one_way: Duration) {
+        self.state.send_modify(|s| s.delay = one_way);
+    }
+
     /// The number of client connections the proxy currently has open.
     pub fn connection_count(&self) -> usize {
         self.live.load(Ordering::SeqCst)
@@ -239,6 +263,10 @@ struct Pipe {
     end: usize,
     /// The rewrite of the first message, until it has been gathered whole.
     first: Option<FirstMessage>,
+    /// With a [`FaultProxy::delay`]: chunks read, each with when it may be written, and how
+    /// much of the front one was written.
+    delayed: VecDeque<(Instant, Vec<u8>)>,
+    written: usize,
 }
 
 impl Pipe {
@@ -248,6 +276,8 @@ impl Pipe {
             start: 0,
             end: 0,
             first,
+            delayed: VecDeque::new(),
+            written: 0,
         }
     }
 
@@ -256,6 +286,7 @@ impl Pipe {
     async fn step(
         &mut self,
         act: Act,
+        delay: Duration,
         src: &mut OwnedReadHalf,
         dst: &mut OwnedWriteHalf,
     ) -> io::Result<bool> {
@@ -264,7 +295,44 @@ impl Pipe {
             Act::Discard => {
                 self.start = 0;
                 self.end = 0;
+                self.delayed.clear();
+                self.written = 0;
                 Ok(src.read(&mut self.buf).await? > 0)
+            }
+            // Delayed bytes, once the plain buffer is empty (so order is kept when a delay
+            // is set mid-stream); also drains what waits after the delay is set back to zero.
+            // The guard enables at least one branch of the select. Bytes still waiting when
+            // the source ends are dropped with the connection.
+            Act::Copy
+                if self.first.is_none()
+                    && self.start == self.end
+                    && (!delay.is_zero() || !self.delayed.is_empty()) =>
+            {
+                let due = self.delayed.front().map(|(due, _)| *due);
+                // Both branches are cancel safe: a read that did not finish read nothing, a
+                // write that did not finish wrote nothing, and `written` moves only after one.
+                tokio::select! {
+                    n = src.read(&mut self.buf), if !delay.is_zero() => {
+                        let n = n?;
+                        if n > 0 {
+                            self.delayed.push_back((Instant::now() + delay, self.buf[..n].to_vec()));
+                        }
+                        Ok(n > 0)
+                    }
+                    () = tokio::time::sleep_until(due.unwrap_or_else(Instant::now)), if due.is_some() => {
+                        let chunk = &self.delayed.front().expect("a due chunk").1;
+                        let n = dst.write(&chunk[self.written..]).await?;
+                        if n == 0 {
+                            return Err(io::ErrorKind::WriteZero.into());
+                        }
+                        self.written += n;
+                        if self.written == chunk.len() {
+                            self.delayed.pop_front();
+                            self.written = 0;
+                        }
+                        Ok(true)
+                    }
+                }
             }
             // Gathering the first message (at `buf[..end]`, nothing written yet).
             Act::Copy if self.first.is_some() => {
@@ -358,8 +426,8 @@ async fn relay(
         };
         tokio::select! {
             changed = rx.changed() => if changed.is_err() { break },
-            r = up.step(up_act, &mut cr, &mut sw) => if !matches!(r, Ok(true)) { break },
-            r = down.step(down_act, &mut sr, &mut cw) => if !matches!(r, Ok(true)) { break },
+            r = up.step(up_act, s.delay, &mut cr, &mut sw) => if !matches!(r, Ok(true)) { break },
+            r = down.step(down_act, s.delay, &mut sr, &mut cw) => if !matches!(r, Ok(true)) { break },
         }
     }
     // Dropping the write halves sends FIN to both peers, then the sockets close.

@@ -197,3 +197,70 @@ async fn proxy_modes_apply_to_raw_connections() {
     let mut s = TcpStream::connect(addr).await.unwrap();
     assert!(srvr_on(&mut s, long).await.unwrap().contains("Mode: "));
 }
+
+/// `FaultProxy::delay` adds its time once per direction and round trip, not per request:
+/// five messages sent back to back come back after one added round trip, not five.
+#[tokio::test]
+async fn delay_adds_one_round_trip_to_pipelined_messages() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use zkfence_testcontainers::FaultProxy;
+
+    // An echo server on loopback: the proxy's upstream, no ZooKeeper needed.
+    let echo = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let upstream = echo.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = echo.accept().await {
+            tokio::spawn(async move {
+                let mut buf = [0u8; 1024];
+                while let Ok(n) = s.read(&mut buf).await {
+                    if n == 0 || s.write_all(&buf[..n]).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    let proxy = FaultProxy::start(vec![upstream]).await.unwrap();
+    let one_way = Duration::from_millis(200);
+    proxy.delay(one_way);
+    let mut client = tokio::net::TcpStream::connect(proxy.local_addrs()[0])
+        .await
+        .unwrap();
+    client.set_nodelay(true).unwrap();
+    let mut echoed = [0u8; 5];
+    let delayed = exchange(&mut client, &mut echoed).await;
+    assert_eq!(&echoed, b"abcde", "the bytes arrive whole and in order");
+    // At least the added round trip; far less than five of them (2 s), which sending each
+    // message only after the one before it was relayed would take.
+    assert!(
+        delayed >= one_way * 2,
+        "added round trip missing: {delayed:?}"
+    );
+    assert!(
+        delayed < one_way * 6,
+        "messages were not pipelined: {delayed:?}"
+    );
+
+    proxy.delay(Duration::ZERO);
+    let direct = exchange(&mut client, &mut echoed).await;
+    assert_eq!(&echoed, b"abcde");
+    assert!(direct < one_way, "the delay was not removed: {direct:?}");
+    eprintln!("delay {one_way:?}: 5 pipelined messages echoed in {delayed:?}, {direct:?} without");
+}
+
+/// Writes five one-byte messages back to back and reads their echo; how long that took.
+async fn exchange(client: &mut tokio::net::TcpStream, echoed: &mut [u8; 5]) -> Duration {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let start = Instant::now();
+    for b in b"abcde" {
+        client.write_all(&[*b]).await.unwrap();
+    }
+    within(
+        Duration::from_secs(10),
+        "echo",
+        client.read_exact(&mut echoed[..]),
+    )
+    .await
+    .unwrap();
+    start.elapsed()
+}

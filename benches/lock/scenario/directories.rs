@@ -19,6 +19,7 @@ use tokio::task::JoinSet;
 use zkfence::Session;
 use zookeeper_client as zkc;
 
+use super::round_trips::{timed_acquire, Delayed, ONE_WAY};
 use super::{join_all_ok, timed_cycles};
 use crate::arms::mkdir;
 use crate::report::{Goal, Report, Row};
@@ -248,7 +249,8 @@ async fn seats(bench: &Bench, report: &mut Report) -> Result<()> {
                 hot_arm.rate_cell(),
                 scenario3.map_or(String::new(), |p| format!("; {p:.0} (scenario 3)"))
             ))
-            .ratio(format!("ours/hot {}{parallel_cell}", vs_hot.cell())),
+            .ratio(format!("ours/hot {}{parallel_cell}", vs_hot.cell()))
+            .goal(Goal::at_least("seathold.ratio_vs_hot", vs_hot.median, 0.85)),
     );
     report.row(
         Row::new(&scenario, "requests per cycle (at the server)")
@@ -326,6 +328,31 @@ async fn idle(bench: &Bench, report: &mut Report) -> Result<()> {
         });
         hot_arm.push(bench.measure_ours(one, work).await?);
     }
+    // Round trips before the grant of a fresh lock, through a delaying proxy: one whose
+    // directory the container check removed after this session used it, and one the
+    // session never saw (a new name under the parent, as each seat of the seat-hold).
+    let delayed = Delayed::connect(bench).await?;
+    let removed_path = format!("{parent}/delayed");
+    let removed_lock = delayed.session.lock(&removed_path);
+    removed_lock.acquire().await?.release().await?;
+    let removal_deadline = Duration::from_secs(10) + CONTAINER_CHECK * 20;
+    let removed = delayed
+        .round_trips(|| async {
+            wait_gone(&watcher, &removed_path, removal_deadline).await?;
+            timed_acquire(&removed_lock).await
+        })
+        .await?;
+    let mut next = 0;
+    let unseen = delayed
+        .round_trips(|| {
+            next += 1;
+            let lock = delayed.session.lock(&format!("{parent}/unseen-{next}"));
+            async move { timed_acquire(&lock).await }
+        })
+        .await?;
+    drop(removed_lock);
+    delayed.session.close().await;
+
     let rpc = regrow.requests_per_op_without_keepalives();
     let ratio = paired(&regrow, &hot_arm, |s| ms(s.p50()));
     let uncontended = report
@@ -345,6 +372,8 @@ async fn idle(bench: &Bench, report: &mut Report) -> Result<()> {
             "uncontended_requests_per_cycle": uncontended.map(round3),
             "ratio_p50_vs_hot": ratio.json(),
             "waited_for_removal_s": waited,
+            "round_trips_before_grant_removed": removed.json(),
+            "round_trips_before_grant_unseen": unseen.json(),
             "arms": { "regrow": regrow.json(), "hot": hot_arm.json() },
         }),
     );
@@ -380,7 +409,46 @@ async fn idle(bench: &Bench, report: &mut Report) -> Result<()> {
         Row::new(scenario, "acquire+release p50 (ms)")
             .ours(format!("{:.2}", regrow.pct_ms(0.5)))
             .floor(format!("{:.2} (hot, right after)", hot_arm.pct_ms(0.5)))
-            .ratio(format!("idle/hot p50 {}", ratio.cell())),
+            .ratio(format!("idle/hot p50 {}", ratio.cell()))
+            .goal(Goal::at_most(
+                "idle_directory.ratio_p50_vs_hot",
+                ratio.median,
+                1.4,
+            )),
     );
+    let rtt_ms = (ONE_WAY * 2).as_millis();
+    for (what, key, trips) in [
+        (
+            "directory removed since this session used it",
+            "idle_directory.round_trips_before_grant_removed",
+            &removed,
+        ),
+        (
+            "a lock this session never saw",
+            "idle_directory.round_trips_before_grant_unseen",
+            &unseen,
+        ),
+    ] {
+        report.row(
+            Row::new(
+                scenario,
+                format!("round trips before the grant, {what} (+{rtt_ms} ms per round trip)"),
+            )
+            .ours(trips.cell())
+            .floor("1–2 (protocol: directory, node and getChildren pipelined)")
+            .goal(
+                Goal::at_most(key, trips.count(), 2.0)
+                    .checked()
+                    .detail(format!(
+                        "median of (acquire latency with the delay − without) over what the delay \
+                         added to one exists, rounded; a proxy adding {} ms each way (ratios {:?})",
+                        ONE_WAY.as_millis(),
+                        trips.ratios
+                    )),
+            ),
+        );
+    }
+    report.latencies(scenario, "fresh lock (directory removed)", &regrow);
+    report.latencies(scenario, "hot lock, right after", &hot_arm);
     Ok(())
 }

@@ -538,5 +538,10 @@ pub async fn run(bench: &Bench, mut kazoo: Option<&mut Kazoo>, report: &mut Repo
             .kazoo(kz.cpu_share_cell())
             .floor(format!("{} (recipe)", recipe.cpu_share_cell())),
     );
+    report.latencies(scenario, "zkfence", &ours);
+    report.latencies(scenario, "Client::lock", &peer);
+    report.latencies(scenario, "raw-call recipe", &recipe);
+    report.latencies(scenario, "floor: delete→NodeDeleted", &notified);
+    report.latencies(scenario, "Kazoo", &kz);
     Ok(())
 }

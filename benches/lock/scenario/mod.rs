@@ -9,7 +9,9 @@ pub mod keepalive;
 pub mod multi;
 pub mod parallel;
 mod queue;
+pub mod round_trips;
 pub mod scale;
+pub mod sessions;
 #[cfg(feature = "tls")]
 pub mod tls;
 pub mod uncontended;

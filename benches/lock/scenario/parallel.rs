@@ -111,9 +111,11 @@ pub async fn run(bench: &Bench, report: &mut Report) -> Result<()> {
     // Warm-up (creates the directories), one round's worth per arm, not measured.
     let k = plan.parallel_cycles;
     parallel_ours(&session, &ours_dirs, k).await?;
-    parallel_peer(&peer_client, &peer_dirs, k).await?;
-    parallel_raw(&raw_client, &raw_dirs, k, false).await?;
-    parallel_raw(&floor_client, &floor_dirs, k, true).await?;
+    if !plan.only_ours {
+        parallel_peer(&peer_client, &peer_dirs, k).await?;
+        parallel_raw(&raw_client, &raw_dirs, k, false).await?;
+        parallel_raw(&floor_client, &floor_dirs, k, true).await?;
+    }
 
     let (mut ours, mut peer, mut raw, mut floor) = (
         Arm::default(),
@@ -127,8 +129,13 @@ pub async fn run(bench: &Bench, report: &mut Report) -> Result<()> {
         Parallel::Raw,
         Parallel::Floor,
     ];
+    let arms = if plan.only_ours {
+        &arms[..1]
+    } else {
+        &arms[..]
+    };
     for round in 0..plan.rounds {
-        for arm in order(&arms, round) {
+        for arm in order(arms, round) {
             match arm {
                 Parallel::Ours => {
                     let work = parallel_ours(&session, &ours_dirs, k);
@@ -169,6 +176,8 @@ pub async fn run(bench: &Bench, report: &mut Report) -> Result<()> {
     let vs_peer = paired(&ours, &peer, Samples::rate);
     let vs_floor = paired(&ours, &floor, Samples::rate);
     let floor_vs_raw = paired(&floor, &raw, Samples::rate);
+    let per_cycle_cpu = |s: &Samples| s.cpu.as_secs_f64() / s.ops as f64;
+    let cpu_vs_floor = paired(&ours, &floor, per_cycle_cpu);
     report.set(
         "parallel",
         json!({
@@ -187,6 +196,9 @@ pub async fn run(bench: &Bench, report: &mut Report) -> Result<()> {
             "floor_cycles_per_s": round3(floor.rate()),
             "ratio_vs_floor": vs_floor.json(),
             "floor_ratio_vs_raw": floor_vs_raw.json(),
+            "cpu_us_per_cycle": round3(ours.cpu_us_per_op()),
+            "floor_cpu_us_per_cycle": round3(floor.cpu_us_per_op()),
+            "ratio_cpu_vs_floor": cpu_vs_floor.json(),
             "arms": { "ours": ours.json(), "peer": peer.json(), "raw": raw.json(), "floor": floor.json() },
         }),
     );
@@ -226,7 +238,17 @@ pub async fn run(bench: &Bench, report: &mut Report) -> Result<()> {
         Row::new(scenario, "client CPU per cycle (µs)")
             .ours(ours.cpu_cell())
             .peer(peer.cpu_cell())
-            .floor(format!("{} / {}", raw.cpu_cell(), floor.cpu_cell())),
+            .floor(format!(
+                "{} / {} (raw / protocol)",
+                raw.cpu_cell(),
+                floor.cpu_cell()
+            ))
+            .ratio(format!("ours/protocol {}", cpu_vs_floor.cell()))
+            .goal(Goal::at_most(
+                "parallel.ratio_cpu_vs_floor",
+                cpu_vs_floor.median,
+                1.1,
+            )),
     );
     report.row(
         Row::new(scenario, "CPU share: ZooKeeper JVMs / client")

@@ -15,6 +15,8 @@ pub struct QueueRun {
     pub waiters: usize,
     /// From the first acquire call until every waiter watches its predecessor.
     pub enqueue: Duration,
+    /// getChildren the waiters' sessions sent while enqueueing (the library's counter).
+    pub enqueue_listings: u64,
     /// From the holder's release until the last waiter released.
     pub drain: Duration,
     /// The library's own counters (client side): deltas over the drain, waiters' sessions.
@@ -60,7 +62,8 @@ pub async fn queue_run(bench: &Bench, name: &str, waiters: usize) -> Result<Queu
     let dir = bench.path(name);
     let lease = holder.lock(&dir).acquire().await?;
     let order = Arc::new(Mutex::new(Vec::<u64>::with_capacity(waiters)));
-    let watches_before = total_metrics(&sessions).watches;
+    let enqueue_before = total_metrics(&sessions);
+    let watches_before = enqueue_before.watches;
     // Both figures grow from a trimmed baseline: garbage of the earlier scenarios is not ours.
     let rss_before = rss_trimmed();
 
@@ -88,6 +91,7 @@ pub async fn queue_run(bench: &Bench, name: &str, waiters: usize) -> Result<Queu
     // all of them (answers on one connection come in order).
     touch(sessions.iter().map(Session::client)).await?;
     let enqueue = start.elapsed();
+    let enqueue_listings = total_metrics(&sessions).listings - enqueue_before.listings;
     let rss_waiting = rss_bytes();
     let rss_waiting_trimmed = rss_trimmed();
 
@@ -110,6 +114,7 @@ pub async fn queue_run(bench: &Bench, name: &str, waiters: usize) -> Result<Queu
     Ok(QueueRun {
         waiters,
         enqueue,
+        enqueue_listings,
         drain,
         server_requests: counted
             .received

@@ -1,21 +1,96 @@
-//! 5. Scale: 10,000 waiters in one process (enqueue time, RSS per waiter, FIFO order).
+//! 5. Scale: a curve of queue lengths, each queue of waiters in one process behind one
+//!    holder (enqueue time, RSS and getChildren per waiter, drain rate, FIFO order), and how
+//!    each cost grows per 10× waiters.
 
-use serde_json::json;
+use serde_json::{json, Value};
 
-use super::queue::queue_run;
+use super::queue::{queue_run, QueueRun};
 use crate::report::{Goal, Report, Row};
 use crate::server::Bench;
 use crate::stats::round3;
 use crate::{progress, Result};
 
+/// The issue's figure: its goals are for this many waiters (scaled to the point measured
+/// when the run does not reach it).
+const GOAL_WAITERS: usize = 10_000;
+/// Enqueue time for [`GOAL_WAITERS`].
+const GOAL_ENQUEUE_S: f64 = 5.0;
+const GOAL_RSS_KIB: f64 = 3.0;
+/// Drain rate against the herd scenario's handoffs at depth, measured in the same run.
+const GOAL_DRAIN_VS_HERD: f64 = 0.8;
+
+/// One point of the curve.
+struct Point {
+    n: usize,
+    run: QueueRun,
+    per_waiter: f64,
+    per_waiter_trimmed: f64,
+}
+
+impl Point {
+    fn enqueue_s(&self) -> f64 {
+        self.run.enqueue.as_secs_f64()
+    }
+
+    fn handoffs_per_s(&self) -> f64 {
+        self.n as f64 / self.run.drain.as_secs_f64()
+    }
+
+    fn listings_per_enqueue(&self) -> f64 {
+        self.run.enqueue_listings as f64 / self.n as f64
+    }
+
+    fn json(&self) -> Value {
+        json!({
+            "waiters": self.n,
+            "enqueue_s": round3(self.enqueue_s()),
+            "enqueue_per_s": round3(self.n as f64 / self.enqueue_s()),
+            "enqueue_listings": self.run.enqueue_listings,
+            "listings_per_enqueue": round3(self.listings_per_enqueue()),
+            "rss_before_bytes": self.run.rss_before,
+            "rss_waiting_bytes": self.run.rss_waiting,
+            "rss_bytes_per_waiter": self.per_waiter.round(),
+            "rss_bytes_per_waiter_trimmed": self.per_waiter_trimmed.round(),
+            "drain_s": round3(self.run.drain.as_secs_f64()),
+            "handoffs_per_s": round3(self.handoffs_per_s()),
+            "wakeups_per_release": round3(self.run.drained.wakeups as f64 / self.n as f64),
+            "server_notifications_per_release": round3(self.run.server_notifications as f64 / self.n as f64),
+            "fifo": self.run.fifo,
+        })
+    }
+}
+
+/// How `y` grows per 10× `x` between two points: `(y₂/y₁)^(1/log₁₀(x₂/x₁))`; 10 for a
+/// cost linear in `x`, 1 for a constant one, 100 for a quadratic one.
+fn per_decade(x1: usize, y1: f64, x2: usize, y2: f64) -> f64 {
+    (y2 / y1).powf(1.0 / (x2 as f64 / x1 as f64).log10())
+}
+
 pub async fn run(bench: &Bench, report: &mut Report) -> Result<()> {
-    let n = bench.plan.scale_waiters;
-    progress(format!(
-        "5/8 scale: {n} waiters in this process over {} sessions",
-        bench.plan.waiter_sessions
-    ));
-    let run = queue_run(bench, "scale", n).await?;
-    let per_waiter = run.rss_waiting.saturating_sub(run.rss_before) as f64 / n as f64;
+    let points_wanted = bench.plan.scale_points.clone();
+    let mut points = Vec::with_capacity(points_wanted.len());
+    for &n in &points_wanted {
+        progress(format!(
+            "5/8 scale: {n} waiters in this process over {} sessions (curve {:?})",
+            bench.plan.waiter_sessions, points_wanted
+        ));
+        let run = queue_run(bench, &format!("scale-{n}"), n).await?;
+        let per_waiter = run.rss_waiting.saturating_sub(run.rss_before) as f64 / n as f64;
+        let per_waiter_trimmed =
+            run.rss_waiting_trimmed.saturating_sub(run.rss_before) as f64 / n as f64;
+        progress(format!(
+            "5/8 scale: {n} waiters enqueued in {:.1} s, {:.1} KiB each, drained at {:.0}/s",
+            run.enqueue.as_secs_f64(),
+            per_waiter / 1024.0,
+            n as f64 / run.drain.as_secs_f64()
+        ));
+        points.push(Point {
+            n,
+            run,
+            per_waiter,
+            per_waiter_trimmed,
+        });
+    }
     let future_bytes = {
         // Not polled, so nothing is sent: only its size is of interest.
         let session = bench.session().await?;
@@ -23,44 +98,166 @@ pub async fn run(bench: &Bench, report: &mut Report) -> Result<()> {
         let acquire = lock.acquire();
         std::mem::size_of_val(&acquire)
     };
-    let per_waiter_trimmed =
-        run.rss_waiting_trimmed.saturating_sub(run.rss_before) as f64 / n as f64;
+    // The goals' point: the issue's 10,000 waiters, or the largest point under it.
+    let Some(goal_point) = points
+        .iter()
+        .filter(|p| p.n <= GOAL_WAITERS)
+        .max_by_key(|p| p.n)
+        .or(points.first())
+    else {
+        return Ok(());
+    };
+    let herd_rate = report
+        .get("herd")
+        .and_then(|h| h["handoffs_per_s"].as_f64());
+    let growth: Vec<Value> = points
+        .windows(2)
+        .map(|w| {
+            let (a, b) = (&w[0], &w[1]);
+            json!({
+                "from": a.n,
+                "to": b.n,
+                "enqueue_s_per_10x": round3(per_decade(a.n, a.enqueue_s(), b.n, b.enqueue_s())),
+                "rss_trimmed_per_10x": round3(per_decade(a.n, a.per_waiter_trimmed * a.n as f64, b.n, b.per_waiter_trimmed * b.n as f64)),
+                "listings_per_10x": round3(per_decade(a.n, a.run.enqueue_listings.max(1) as f64, b.n, b.run.enqueue_listings.max(1) as f64)),
+            })
+        })
+        .collect();
     report.set(
         "scale",
         json!({
-            "waiters": n,
-            "enqueue_s": round3(run.enqueue.as_secs_f64()),
-            "enqueue_per_s": round3(n as f64 / run.enqueue.as_secs_f64()),
-            "rss_before_bytes": run.rss_before,
-            "rss_waiting_bytes": run.rss_waiting,
-            "rss_bytes_per_waiter": per_waiter.round(),
-            "rss_bytes_per_waiter_trimmed": per_waiter_trimmed.round(),
+            "points": points.iter().map(Point::json).collect::<Vec<_>>(),
+            "growth": growth,
+            "goal_waiters": goal_point.n,
+            "herd_handoffs_per_s": herd_rate.map(round3),
             "acquire_future_bytes": future_bytes,
-            "drain_s": round3(run.drain.as_secs_f64()),
-            "handoffs_per_s": round3(n as f64 / run.drain.as_secs_f64()),
-            "wakeups_per_release": round3(run.drained.wakeups as f64 / n as f64),
-            "server_notifications_per_release": round3(run.server_notifications as f64 / n as f64),
-            "fifo": run.fifo,
         }),
+    );
+    // The point of the goals, also under the keys earlier runs wrote.
+    report.set("scale", goal_point.json());
+
+    let scenario = "5 scale (waiters in one process)";
+    for p in &points {
+        report.row(
+            Row::new(
+                scenario,
+                format!(
+                    "{} waiters: enqueue / RSS per waiter (after malloc_trim) / getChildren per enqueue (client)",
+                    p.n
+                ),
+            )
+            .ours(format!(
+                "{:.1} s / {:.1} KiB ({:.1} KiB) / {:.2}",
+                p.enqueue_s(),
+                p.per_waiter / 1024.0,
+                p.per_waiter_trimmed / 1024.0,
+                p.listings_per_enqueue()
+            ))
+            .ratio(format!(
+                "drained in {:.1} s ({:.0} handoffs/s)",
+                p.run.drain.as_secs_f64(),
+                p.handoffs_per_s()
+            )),
+        );
+    }
+    for w in points.windows(2) {
+        let (a, b) = (&w[0], &w[1]);
+        report.row(
+            Row::new(
+                scenario,
+                format!(
+                    "growth per 10× waiters, {} → {}: enqueue time / RSS after malloc_trim / getChildren",
+                    a.n, b.n
+                ),
+            )
+            .ours(format!(
+                "× {:.1} / × {:.1} / × {:.1}",
+                per_decade(a.n, a.enqueue_s(), b.n, b.enqueue_s()),
+                per_decade(
+                    a.n,
+                    a.per_waiter_trimmed * a.n as f64,
+                    b.n,
+                    b.per_waiter_trimmed * b.n as f64
+                ),
+                per_decade(
+                    a.n,
+                    a.run.enqueue_listings.max(1) as f64,
+                    b.n,
+                    b.run.enqueue_listings.max(1) as f64
+                ),
+            ))
+            .floor("× 10 (linear)"),
+        );
+    }
+
+    let g = goal_point;
+    let scaled = GOAL_ENQUEUE_S * g.n as f64 / GOAL_WAITERS as f64;
+    report.row(
+        Row::new(scenario, format!("{} waiters: enqueue time (s)", g.n))
+            .ours(format!("{:.2}", g.enqueue_s()))
+            .floor(format!(
+                "{scaled:.2} (goal: {GOAL_ENQUEUE_S} s per {GOAL_WAITERS})"
+            ))
+            .goal(Goal::at_most(
+                "scale.enqueue_s",
+                g.enqueue_s(),
+                round3(scaled),
+            )),
     );
     report.row(
         Row::new(
-            "5 scale",
-            format!("{n} waiters: enqueue time / RSS per waiter (after malloc_trim)"),
+            scenario,
+            format!("{} waiters: RSS per waiter (KiB; after malloc_trim)", g.n),
         )
         .ours(format!(
-            "{:.1} s / {:.1} KiB ({:.1} KiB)",
-            run.enqueue.as_secs_f64(),
-            per_waiter / 1024.0,
-            per_waiter_trimmed / 1024.0
+            "{:.2} ({:.2})",
+            g.per_waiter / 1024.0,
+            g.per_waiter_trimmed / 1024.0
         ))
-        .ratio(format!("drained in {:.1} s", run.drain.as_secs_f64())),
+        .goal(Goal::at_most(
+            "scale.rss_kib_per_waiter",
+            g.per_waiter / 1024.0,
+            GOAL_RSS_KIB,
+        )),
     );
+    let drain_vs_herd = herd_rate.map(|h| g.handoffs_per_s() / h);
+    let mut drain = Row::new(scenario, format!("{} waiters: drain (handoffs/s)", g.n))
+        .ours(format!("{:.0}", g.handoffs_per_s()));
+    if let (Some(h), Some(r)) = (herd_rate, drain_vs_herd) {
+        drain = drain
+            .floor(format!("{h:.0} (herd at depth, this run)"))
+            .ratio(format!("ours/herd {r:.2}"))
+            .goal(Goal::at_least("scale.drain_vs_herd", r, GOAL_DRAIN_VS_HERD));
+    }
+    report.row(drain);
     report.row(
-        Row::new("5 scale", "all granted, in FIFO order")
-            .ours(run.fifo.to_string())
+        Row::new(
+            scenario,
+            format!("{} waiters: getChildren per enqueue (client)", g.n),
+        )
+        .ours(format!("{:.3}", g.listings_per_enqueue()))
+        .floor("< 1 (a listing shared by one session's waiters)")
+        .goal(
+            Goal::new(
+                "scale.listings_per_enqueue",
+                g.listings_per_enqueue(),
+                "< 1.0",
+                g.listings_per_enqueue() < 1.0,
+            )
+            .checked()
+            .detail(format!(
+                "{} getChildren (SessionMetrics::listings) by the waiters' {} sessions while \
+                 {} waiters enqueued",
+                g.run.enqueue_listings, bench.plan.waiter_sessions, g.n
+            )),
+        ),
+    );
+    let fifo = points.iter().all(|p| p.run.fifo);
+    report.row(
+        Row::new(scenario, "all granted, in FIFO order (every point)")
+            .ours(fifo.to_string())
             .goal(
-                Goal::holds("scale.fifo", run.fifo, "true")
+                Goal::holds("scale.fifo", fifo, "true")
                     .checked()
                     .detail("every waiter granted, each with a larger token than the one before"),
             ),
