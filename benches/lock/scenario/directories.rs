@@ -35,9 +35,10 @@ pub const CONTAINER_CHECK: Duration = Duration::from_millis(200);
 /// pacing is 0 ms per deletion.
 pub const CONTAINER_MAX_PER_MINUTE: u64 = 1_000_000;
 
-/// A lock whose directory is gone: a create that answers `NoNode`, the directory's create,
-/// the create that enqueues, getChildren, delete.
-const REGROW_REQUESTS: f64 = 5.0;
+/// A lock whose directory is likely gone (never seen by the session, or idle longer than the
+/// session has seen the server keep an empty one): the directory's create, the create that
+/// enqueues and getChildren, sent together, then the delete.
+const REGROW_REQUESTS: f64 = 4.0;
 
 /// Hot lock cycles measured right after each idle-directory cycle, on the directory it made.
 const HOT_AFTER_IDLE: usize = 10;
@@ -304,8 +305,24 @@ async fn idle(bench: &Bench, report: &mut Report) -> Result<()> {
     mkdir(&watcher, &parent).await?;
     let dir = format!("{parent}/lock");
     let lock = session.lock(&dir);
-    // Warm-up: makes the directory once (and its code paths), not measured.
+    // Warm-up, not measured: makes the directory once (and its code paths), and lets the
+    // session see one removal, which teaches it how soon the server removes an idle one (the
+    // first acquire after it finds the directory missing: two more requests, one more round
+    // trip).
+    let first = Instant::now();
     lock.acquire().await?.release().await?;
+    wait_gone(
+        &watcher,
+        &dir,
+        Duration::from_secs(10) + CONTAINER_CHECK * 20,
+    )
+    .await?;
+    // The session takes half of this idle time as when a directory is likely gone: every
+    // measured cycle idles at least this long, so each one sends the directory's create in
+    // front (a count that noise cannot move), however soon the check removes it.
+    let idle_at_least = first.elapsed();
+    lock.acquire().await?.release().await?;
+    let mut last = Instant::now();
 
     let (mut regrow, mut hot_arm) = (Arm::default(), Arm::default());
     let mut waits = Vec::with_capacity(cycles);
@@ -321,12 +338,15 @@ async fn idle(bench: &Bench, report: &mut Report) -> Result<()> {
             )
             .await?,
         );
+        tokio::time::sleep_until((last + idle_at_least).into()).await;
         let work = timed_cycles(1, || async { Ok(lock.acquire().await?.release().await?) });
         regrow.push(bench.measure_ours(one, work).await?);
         let work = timed_cycles(HOT_AFTER_IDLE, || async {
             Ok(lock.acquire().await?.release().await?)
         });
         hot_arm.push(bench.measure_ours(one, work).await?);
+        // The session's last create in the directory was in the last hot cycle.
+        last = Instant::now();
     }
     // Round trips before the grant of a fresh lock, through a delaying proxy: one whose
     // directory the container check removed after this session used it, and one the
@@ -334,12 +354,21 @@ async fn idle(bench: &Bench, report: &mut Report) -> Result<()> {
     let delayed = Delayed::connect(bench).await?;
     let removed_path = format!("{parent}/delayed");
     let removed_lock = delayed.session.lock(&removed_path);
-    removed_lock.acquire().await?.release().await?;
     let removal_deadline = Duration::from_secs(10) + CONTAINER_CHECK * 20;
+    // As above: one removal seen first, and every measured acquire idle at least as long.
+    let first = Instant::now();
+    removed_lock.acquire().await?.release().await?;
+    wait_gone(&watcher, &removed_path, removal_deadline).await?;
+    let idle_at_least = first.elapsed();
+    removed_lock.acquire().await?.release().await?;
+    let last = std::cell::Cell::new(Instant::now());
     let removed = delayed
         .round_trips(|| async {
             wait_gone(&watcher, &removed_path, removal_deadline).await?;
-            timed_acquire(&removed_lock).await
+            tokio::time::sleep_until((last.get() + idle_at_least).into()).await;
+            let took = timed_acquire(&removed_lock).await;
+            last.set(Instant::now());
+            took
         })
         .await?;
     let mut next = 0;
