@@ -464,9 +464,9 @@ async fn idle(bench: &Bench, report: &mut Report) -> Result<()> {
                 format!("round trips before the grant, {what} (+{rtt_ms} ms per round trip)"),
             )
             .ours(trips.cell())
-            .floor("1–2 (protocol: directory, node and getChildren pipelined)")
+            .floor("1 (protocol: directory, node and getChildren pipelined)")
             .goal(
-                Goal::at_most(key, trips.count(), 2.0)
+                Goal::at_most(key, trips.count(), 1.0)
                     .checked()
                     .detail(format!(
                         "median of (acquire latency with the delay − without) over what the delay \
