@@ -5,6 +5,7 @@
 //! show a queue, `ensemble up` starts a throwaway local ensemble, and `demo` plays every
 //! promise of the library against a real ensemble.
 
+mod chaos;
 mod child;
 mod clock;
 mod demo;
@@ -362,6 +363,23 @@ enum Command {
     /// killed while locks are held, and leader-election failover. Exits 0 only if every step
     /// behaved as promised.
     Demo,
+
+    /// Run a randomized fault campaign against a throwaway local ensemble and check its
+    /// whole history.
+    ///
+    /// CLIENTS contender processes, each with its own session through its own connection,
+    /// contend for one lock: acquire, write (token, client, sequence) to a register that a
+    /// fence guards, hold a random time, release or drop. Faults from a seeded schedule start
+    /// and heal meanwhile, one or more at a time. Then the checker looks for overlapping
+    /// holds, tokens out of order, stale writes the fence accepted, faults not followed by
+    /// a grant, and leftover nodes and processes (see the README, "zkfence chaos").
+    ///
+    /// Prints a one-line summary; writes DIR/history.jsonl and DIR/timeline.svg. Exits 1
+    /// if the checker found a violation (each is printed with the events around it).
+    ///
+    /// Example: zkfence chaos --duration 10m --session-timeout 10s --tick-time 2s --seed 7
+    #[command(after_long_help = exit::HELP)]
+    Chaos(chaos::Args),
 }
 
 #[derive(Subcommand, Debug)]
@@ -631,6 +649,10 @@ fn main() -> ExitCode {
     if args.get(1).map(String::as_str) == Some(supervisor::MODE) {
         supervisor::main(&args[2..]);
     }
+    if args.get(1).map(String::as_str) == Some(zkfence_testcontainers::chaos::CONTENDER_MODE) {
+        let config = args.get(2).map_or("", String::as_str);
+        std::process::exit(zkfence_testcontainers::chaos::contender_main(config));
+    }
     let cli = Cli::parse();
     init_logging(cli.verbose, cli.log_level.as_deref());
     // Everything that needs no server is checked here, before the runtime and any connect:
@@ -673,6 +695,7 @@ enum Job {
     Gc(Global, String, bool, bool),
     EnsembleUp(usize, Duration, Duration),
     Demo,
+    Chaos(zkfence_testcontainers::chaos::ChaosConfig),
 }
 
 impl Job {
@@ -774,6 +797,7 @@ impl Job {
                 max_session_timeout,
             }) => Job::EnsembleUp(nodes, tick_time, max_session_timeout),
             Command::Demo => Job::Demo,
+            Command::Chaos(args) => Job::Chaos(chaos::config(args)?),
         })
     }
 
@@ -797,6 +821,7 @@ impl Job {
                 ensemble::up(nodes, tick_time, max_session_timeout).await
             }
             Job::Demo => demo::run().await,
+            Job::Chaos(config) => chaos::run(config).await,
         }
     }
 }

@@ -1,0 +1,117 @@
+//! `zkfence chaos`: a randomized fault campaign against a throwaway local ensemble, checked
+//! event by event (the campaign itself lives in `zkfence_testcontainers::chaos`).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use zkfence_testcontainers::chaos::{self, ChaosConfig, FaultKind};
+
+use crate::duration;
+use crate::exit::{self, Failure};
+
+/// The flags of `zkfence chaos`.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// How long to inject faults, e.g. "60s", "30m"; then everything is healed, the
+    /// campaign waits for a grant and stops.
+    #[arg(long, default_value = "60s", value_parser = duration::parse, value_name = "DUR")]
+    duration: Duration,
+    /// The seed of the fault schedule and of the contenders' holds: the same seed repeats
+    /// the schedule. [default: from the clock, printed in the summary]
+    #[arg(long, value_name = "N")]
+    seed: Option<u64>,
+    /// The fault kinds, comma-separated: kill-leader, kill-follower, pause-server,
+    /// isolate-server, blackhole-client, cut-client, stall-holder, kill-client,
+    /// expire-session, delete-waiter. [default: all]
+    #[arg(long, value_delimiter = ',', value_name = "KIND,...")]
+    faults: Vec<FaultKind>,
+    /// Servers in the ensemble: 3 or 5.
+    #[arg(long, default_value_t = 3, value_parser = parse_nodes, value_name = "N")]
+    nodes: usize,
+    /// Contender processes, each with its own session and connection.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(2..=20), value_name = "N")]
+    clients: u32,
+    /// The contenders' session timeout: within 2 and 20 tickTimes.
+    #[arg(long, default_value = "4s", value_parser = duration::parse, value_name = "DUR")]
+    session_timeout: Duration,
+    /// The servers' tickTime.
+    #[arg(long, default_value = "200ms", value_parser = duration::parse, value_name = "DUR")]
+    tick_time: Duration,
+    /// Where to write history.jsonl, timeline.svg and the contenders' logs (created if
+    /// missing).
+    #[arg(long, default_value = "zkfence-chaos", value_name = "DIR")]
+    out: PathBuf,
+}
+
+fn parse_nodes(s: &str) -> Result<usize, String> {
+    match s {
+        "3" => Ok(3),
+        "5" => Ok(5),
+        _ => Err("the ensemble has 3 or 5 servers".into()),
+    }
+}
+
+/// The campaign's settings from the flags, checked (exit 2 for settings that cannot work).
+pub fn config(args: Args) -> Result<ChaosConfig, Failure> {
+    let exe = std::env::current_exe()
+        .map_err(|e| Failure::new(exit::ERROR, format!("cannot find our own binary: {e}")))?;
+    let mut config = ChaosConfig::new(exe, vec![chaos::CONTENDER_MODE.to_string()]);
+    config.duration = args.duration;
+    config.seed = args.seed.unwrap_or_else(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(1, |d| d.as_nanos() as u64)
+    });
+    if !args.faults.is_empty() {
+        let mut kinds = args.faults;
+        kinds.sort();
+        kinds.dedup();
+        config.faults = kinds;
+    }
+    config.nodes = args.nodes;
+    config.clients = args.clients as usize;
+    config.session_timeout = args.session_timeout;
+    config.tick_time = args.tick_time;
+    config.out_dir = args.out;
+    config
+        .validate()
+        .map_err(|e| Failure::new(exit::USAGE, e.to_string()))?;
+    Ok(config)
+}
+
+/// Runs the campaign: the summary (and where the history and timeline went) on stdout,
+/// each violation with the events around it on stderr; exit 1 if there was any.
+pub async fn run(config: ChaosConfig) -> Result<u8, Failure> {
+    let kinds: Vec<&str> = config.faults.iter().map(|k| k.name()).collect();
+    eprintln!(
+        "zkfence chaos: seed {}, {}s of faults ({}) on {} servers, {} clients, session timeout \
+         {:?}, tickTime {:?}; writing to {}",
+        config.seed,
+        config.duration.as_secs(),
+        kinds.join(", "),
+        config.nodes,
+        config.clients,
+        config.session_timeout,
+        config.tick_time,
+        config.out_dir.display()
+    );
+    let report = chaos::run(config).await?;
+    for v in &report.violations {
+        eprint!("{v}");
+    }
+    println!("{}", report.summary());
+    println!("history: {}", report.history_path.display());
+    println!("timeline: {}", report.timeline_path.display());
+    if report.violations.is_empty() {
+        Ok(exit::OK)
+    } else {
+        Err(Failure::new(
+            exit::ERROR,
+            format!(
+                "the checker found {} violations (above); rerun with --seed {}",
+                report.violations.len(),
+                report.seed
+            ),
+        ))
+    }
+}

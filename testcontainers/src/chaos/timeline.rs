@@ -1,0 +1,250 @@
+//! The picture of a campaign: an SVG timeline drawn with plotters. One lane per contender
+//! with its holds as bars (the part after a stall began in grey), accepted writes as dots,
+//! refused late writes as red crosses; faults as shaded bands (across every lane for a server
+//! fault, across its victim's lane for a client fault) and as bars in a lane of their own;
+//! violations as red lines.
+
+use std::io;
+use std::path::Path;
+
+use plotters::coord::Shift;
+use plotters::prelude::*;
+
+use super::check::holds;
+use super::{Event, FaultKind, Record, Violation};
+
+/// Above this many accepted writes the dots are left out (a long run's picture stays small).
+const MAX_WRITE_DOTS: usize = 2_000;
+
+/// One color per fault kind, in [`FaultKind::ALL`]'s order.
+const FAULT_COLORS: [RGBColor; 10] = [
+    RGBColor(214, 39, 40),
+    RGBColor(255, 127, 14),
+    RGBColor(148, 103, 189),
+    RGBColor(140, 86, 75),
+    RGBColor(23, 190, 207),
+    RGBColor(188, 189, 34),
+    RGBColor(227, 119, 194),
+    RGBColor(127, 127, 127),
+    RGBColor(44, 160, 44),
+    RGBColor(31, 119, 180),
+];
+
+const HOLD: RGBColor = RGBColor(60, 110, 200);
+
+fn color_of(kind: FaultKind) -> RGBColor {
+    let i = FaultKind::ALL.iter().position(|&k| k == kind).unwrap_or(0);
+    FAULT_COLORS[i]
+}
+
+/// Draws `history` (with `violations` marked) as an SVG file at `path`.
+///
+/// ```no_run
+/// # fn f() -> std::io::Result<()> {
+/// use zkfence_testcontainers::chaos;
+/// let history = chaos::read_jsonl("zkfence-chaos/history.jsonl".as_ref())?;
+/// chaos::draw(&history, &chaos::check(&history), "again.svg".as_ref())?;
+/// # Ok(()) }
+/// ```
+pub fn draw(history: &[Record], violations: &[Violation], path: &Path) -> io::Result<()> {
+    let mut h = history.to_vec();
+    h.sort_by_key(|r| r.t_us);
+    let (clients, title) = match h.iter().find_map(|r| match &r.event {
+        Event::Campaign {
+            seed,
+            nodes,
+            clients,
+            session_timeout_ms,
+            tick_time_ms,
+            ..
+        } => Some((
+            *clients,
+            format!(
+                "zkfence chaos: seed {seed}, {nodes} servers, {clients} clients, session timeout \
+             {session_timeout_ms} ms, tickTime {tick_time_ms} ms"
+            ),
+        )),
+        _ => None,
+    }) {
+        Some(found) => found,
+        None => (
+            h.iter()
+                .filter_map(|r| r.event.client())
+                .max()
+                .map_or(1, |c| c + 1),
+            "zkfence chaos".to_string(),
+        ),
+    };
+    let end_s = (h.last().map_or(0, |r| r.t_us) as f64 / 1e6).max(1.0);
+    // About 8 px per second, within reason.
+    let width = ((end_s * 8.0) as u32).clamp(1200, 14_400);
+    let lanes = clients + 1;
+    let height = 140 + 44 * lanes as u32;
+    let root = SVGBackend::new(path, (width, height)).into_drawing_area();
+    draw_on(&root, &h, violations, clients, end_s, &title).map_err(io::Error::other)?;
+    root.present().map_err(io::Error::other)
+}
+
+type DrawResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
+
+fn draw_on(
+    root: &DrawingArea<SVGBackend<'_>, Shift>,
+    h: &[Record],
+    violations: &[Violation],
+    clients: usize,
+    end_s: f64,
+    title: &str,
+) -> DrawResult {
+    root.fill(&WHITE)?;
+    let (_, total_height) = root.dim_in_pixel();
+    let (upper, legend) = root.split_vertically(total_height - 40);
+    let faults_lane = clients as f64;
+    let mut chart = ChartBuilder::on(&upper)
+        .caption(title, ("sans-serif", 18))
+        .margin(10)
+        .x_label_area_size(30)
+        .y_label_area_size(80)
+        .build_cartesian_2d(0f64..end_s, -0.5f64..faults_lane + 0.5)?;
+    chart
+        .configure_mesh()
+        .disable_y_mesh()
+        .y_labels(clients + 2)
+        .y_label_formatter(&|y| {
+            let lane = y.round();
+            if (y - lane).abs() > 1e-6 || lane < 0.0 {
+                String::new()
+            } else if lane as usize == clients {
+                "faults".into()
+            } else {
+                format!("client {lane}")
+            }
+        })
+        .x_desc("seconds since the start")
+        .draw()?;
+
+    let s = |t_us: u64| t_us as f64 / 1e6;
+    // Faults: a band over the lanes they hurt, and a bar in the faults lane.
+    let kinds = FaultKind::ALL.len() as f64;
+    for (start, end, kind, client) in fault_spans(h) {
+        let c = color_of(kind);
+        // Instantaneous faults get a sliver that still shows.
+        let end = end.max(start + (end_s / 2_000.0).max(0.05));
+        let (lo, hi) = match client {
+            Some(c) => (c as f64 - 0.5, c as f64 + 0.5),
+            None => (-0.5, faults_lane - 0.5),
+        };
+        chart.draw_series(std::iter::once(Rectangle::new(
+            [(start, lo), (end, hi)],
+            c.mix(0.15).filled(),
+        )))?;
+        let k = FaultKind::ALL.iter().position(|&x| x == kind).unwrap_or(0) as f64;
+        let y = faults_lane - 0.45 + 0.9 * k / kinds;
+        chart.draw_series(std::iter::once(Rectangle::new(
+            [(start, y), (end, y + 0.9 / kinds)],
+            c.filled(),
+        )))?;
+    }
+    // Holds.
+    for hold in holds(h) {
+        let lane = hold.client as f64;
+        let believed = s(hold.believed_end_us());
+        chart.draw_series(std::iter::once(Rectangle::new(
+            [
+                (s(hold.start_us), lane - 0.3),
+                (believed.max(s(hold.start_us)), lane + 0.3),
+            ],
+            HOLD.mix(0.8).filled(),
+        )))?;
+        if hold.end_us > hold.believed_end_us() {
+            chart.draw_series(std::iter::once(Rectangle::new(
+                [(believed, lane - 0.3), (s(hold.end_us), lane + 0.3)],
+                BLACK.mix(0.25).filled(),
+            )))?;
+        }
+    }
+    // Writes.
+    let accepted = h
+        .iter()
+        .filter(|r| matches!(r.event, Event::WriteAccepted { .. }))
+        .count();
+    if accepted <= MAX_WRITE_DOTS {
+        chart.draw_series(h.iter().filter_map(|r| match r.event {
+            Event::WriteAccepted { client, .. } => {
+                Some(Circle::new((s(r.t_us), client as f64), 2, BLACK.filled()))
+            }
+            _ => None,
+        }))?;
+    }
+    chart.draw_series(h.iter().filter_map(|r| match r.event {
+        Event::WriteRefused { client, .. } => Some(Cross::new(
+            (s(r.t_us), client as f64),
+            5,
+            RED.stroke_width(2),
+        )),
+        _ => None,
+    }))?;
+    // Violations.
+    for v in violations {
+        chart.draw_series(std::iter::once(PathElement::new(
+            vec![(s(v.t_us), -0.5), (s(v.t_us), faults_lane + 0.5)],
+            RED.stroke_width(3),
+        )))?;
+    }
+
+    // The legend, one row under the chart.
+    let mut entries: Vec<(String, RGBColor)> = vec![
+        ("hold".into(), HOLD),
+        (
+            "hold after its holder was stalled".into(),
+            RGBColor(190, 190, 190),
+        ),
+        ("refused late write (x)".into(), RED),
+    ];
+    if accepted <= MAX_WRITE_DOTS {
+        entries.push(("accepted write (dot)".into(), BLACK));
+    }
+    let present: Vec<FaultKind> = FaultKind::ALL
+        .into_iter()
+        .filter(|k| {
+            h.iter()
+                .any(|r| matches!(r.event, Event::FaultStarted { kind, .. } if kind == *k))
+        })
+        .collect();
+    entries.extend(
+        present
+            .into_iter()
+            .map(|k| (k.name().to_string(), color_of(k))),
+    );
+    if !violations.is_empty() {
+        entries.push((format!("violation ({})", violations.len()), RED));
+    }
+    let mut x = 90;
+    for (label, color) in entries {
+        legend.draw(&Rectangle::new([(x, 12), (x + 12, 24)], color.filled()))?;
+        legend.draw(&Text::new(label.clone(), (x + 16, 12), ("sans-serif", 13)))?;
+        x += 24 + 7 * label.len() as i32;
+    }
+    Ok(())
+}
+
+/// Every fault as (start s, end s, kind, victim client), from the history.
+fn fault_spans(h: &[Record]) -> Vec<(f64, f64, FaultKind, Option<usize>)> {
+    let end = h.last().map_or(0, |r| r.t_us) as f64 / 1e6;
+    let mut spans = Vec::new();
+    for (i, r) in h.iter().enumerate() {
+        if let Event::FaultStarted {
+            fault,
+            kind,
+            client,
+            ..
+        } = r.event
+        {
+            let healed = h[i..]
+                .iter()
+                .find(|x| matches!(x.event, Event::FaultHealed { fault: f, .. } if f == fault))
+                .map_or(end, |x| x.t_us as f64 / 1e6);
+            spans.push((r.t_us as f64 / 1e6, healed, kind, client));
+        }
+    }
+    spans
+}
