@@ -38,9 +38,22 @@ pub struct Args {
     #[arg(long, default_value = "200ms", value_parser = duration::parse, value_name = "DUR")]
     tick_time: Duration,
     /// Where to write history.jsonl, timeline.svg and the contenders' logs (created if
-    /// missing).
-    #[arg(long, default_value = "zkfence-chaos", value_name = "DIR")]
-    out: PathBuf,
+    /// missing). [default: zkfence-chaos; with --check: beside the history]
+    #[arg(long, value_name = "DIR")]
+    out: Option<PathBuf>,
+    /// Run no campaign: check the history FILE (a history.jsonl of an earlier run) again and
+    /// draw its timeline again.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["duration", "seed", "faults", "nodes", "clients", "session_timeout", "tick_time"])]
+    check: Option<PathBuf>,
+}
+
+/// What `zkfence chaos` was asked to do.
+#[derive(Debug)]
+pub enum Task {
+    /// Run a campaign.
+    Campaign(ChaosConfig),
+    /// Check a history again, drawing the timeline at the second path.
+    Recheck(PathBuf, PathBuf),
 }
 
 fn parse_nodes(s: &str) -> Result<usize, String> {
@@ -51,8 +64,18 @@ fn parse_nodes(s: &str) -> Result<usize, String> {
     }
 }
 
-/// The campaign's settings from the flags, checked (exit 2 for settings that cannot work).
-pub fn config(args: Args) -> Result<ChaosConfig, Failure> {
+/// The task from the flags, checked (exit 2 for settings that cannot work).
+pub fn task(args: Args) -> Result<Task, Failure> {
+    if let Some(history) = args.check {
+        let dir = match args.out {
+            Some(dir) => dir,
+            None => history
+                .parent()
+                .map(PathBuf::from)
+                .unwrap_or_else(|| PathBuf::from(".")),
+        };
+        return Ok(Task::Recheck(history, dir.join("timeline.svg")));
+    }
     let exe = std::env::current_exe()
         .map_err(|e| Failure::new(exit::ERROR, format!("cannot find our own binary: {e}")))?;
     let mut config = ChaosConfig::new(exe, vec![chaos::CONTENDER_MODE.to_string()]);
@@ -72,30 +95,25 @@ pub fn config(args: Args) -> Result<ChaosConfig, Failure> {
     config.clients = args.clients as usize;
     config.session_timeout = args.session_timeout;
     config.tick_time = args.tick_time;
-    config.out_dir = args.out;
+    config.out_dir = args.out.unwrap_or_else(|| PathBuf::from("zkfence-chaos"));
     config
         .validate()
         .map_err(|e| Failure::new(exit::USAGE, e.to_string()))?;
-    Ok(config)
+    Ok(Task::Campaign(config))
 }
 
-/// Runs the campaign: the summary (and where the history and timeline went) on stdout,
-/// each violation with the events around it on stderr; exit 1 if there was any.
-pub async fn run(config: ChaosConfig) -> Result<u8, Failure> {
-    let kinds: Vec<&str> = config.faults.iter().map(|k| k.name()).collect();
-    eprintln!(
-        "zkfence chaos: seed {}, {}s of faults ({}) on {} servers, {} clients, session timeout \
-         {:?}, tickTime {:?}; writing to {}",
-        config.seed,
-        config.duration.as_secs(),
-        kinds.join(", "),
-        config.nodes,
-        config.clients,
-        config.session_timeout,
-        config.tick_time,
-        config.out_dir.display()
-    );
-    let report = chaos::run(config).await?;
+/// Runs the task: the summary (and where the history and timeline went) on stdout, each
+/// violation with the events around it on stderr; exit 1 if there was any.
+pub async fn run(task: Task) -> Result<u8, Failure> {
+    let report = match task {
+        Task::Campaign(config) => campaign(config).await?,
+        Task::Recheck(history, timeline) => chaos::recheck(&history, &timeline).map_err(|e| {
+            Failure::new(
+                exit::USAGE,
+                format!("cannot check {}: {e}", history.display()),
+            )
+        })?,
+    };
     for v in &report.violations {
         eprint!("{v}");
     }
@@ -114,4 +132,21 @@ pub async fn run(config: ChaosConfig) -> Result<u8, Failure> {
             ),
         ))
     }
+}
+
+async fn campaign(config: ChaosConfig) -> Result<chaos::Report, Failure> {
+    let kinds: Vec<&str> = config.faults.iter().map(|k| k.name()).collect();
+    eprintln!(
+        "zkfence chaos: seed {}, {}s of faults ({}) on {} servers, {} clients, session timeout \
+         {:?}, tickTime {:?}; writing to {}",
+        config.seed,
+        config.duration.as_secs(),
+        kinds.join(", "),
+        config.nodes,
+        config.clients,
+        config.session_timeout,
+        config.tick_time,
+        config.out_dir.display()
+    );
+    Ok(chaos::run(config).await?)
 }

@@ -695,7 +695,7 @@ enum Job {
     Gc(Global, String, bool, bool),
     EnsembleUp(usize, Duration, Duration),
     Demo,
-    Chaos(zkfence_testcontainers::chaos::ChaosConfig),
+    Chaos(chaos::Task),
 }
 
 impl Job {
@@ -797,7 +797,7 @@ impl Job {
                 max_session_timeout,
             }) => Job::EnsembleUp(nodes, tick_time, max_session_timeout),
             Command::Demo => Job::Demo,
-            Command::Chaos(args) => Job::Chaos(chaos::config(args)?),
+            Command::Chaos(args) => Job::Chaos(chaos::task(args)?),
         })
     }
 
@@ -821,7 +821,7 @@ impl Job {
                 ensemble::up(nodes, tick_time, max_session_timeout).await
             }
             Job::Demo => demo::run().await,
-            Job::Chaos(config) => chaos::run(config).await,
+            Job::Chaos(task) => chaos::run(task).await,
         }
     }
 }

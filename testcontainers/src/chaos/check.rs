@@ -332,18 +332,16 @@ pub fn check(history: &[Record]) -> Vec<Violation> {
             }
             &Event::WriteRefused {
                 client, token, seq, ..
-            } => {
-                if token >= newest {
-                    violation(
-                        Rule::CurrentWriteRefused,
-                        i,
-                        format!(
-                            "the register refused write {seq} of client {client} with token \
-                             {token}, the newest it had seen ({newest})"
-                        ),
-                        &[i],
-                    );
-                }
+            } if token >= newest => {
+                violation(
+                    Rule::CurrentWriteRefused,
+                    i,
+                    format!(
+                        "the register refused write {seq} of client {client} with token \
+                         {token}, the newest it had seen ({newest})"
+                    ),
+                    &[i],
+                );
             }
             &Event::FaultStarted { fault, .. } => {
                 open_faults.insert(fault, r.t_us);
@@ -517,6 +515,7 @@ mod tests {
             0,
             Event::Campaign {
                 seed: 1,
+                duration_ms: 7_000,
                 nodes: 3,
                 clients: 3,
                 session_timeout_ms: 2_000,

@@ -41,6 +41,9 @@ pub enum Event {
     Campaign {
         /// The seed of the fault schedule.
         seed: u64,
+        /// How long faults were injected.
+        #[serde(default)]
+        duration_ms: u64,
         /// Servers in the ensemble.
         nodes: usize,
         /// Contender processes.

@@ -3,7 +3,7 @@
 //!
 //! [`run`] starts an ensemble, a register guarded by a [`Fence`](zkfence::Fence), and
 //! `clients` contender processes, each with its own zkfence session through its own
-//! [`FaultProxy`](crate::FaultProxy), all contending for one lock. Each loops: acquire with a
+//! [`FaultProxy`], all contending for one lock. Each loops: acquire with a
 //! timeout, write (token, client, sequence) to the register, hold for a random time with
 //! more writes, release or drop. Meanwhile faults from a seeded schedule (see [`FaultKind`])
 //! start and heal, one or more at a time. Every grant, loss, release, write decision and
@@ -38,7 +38,7 @@ mod register;
 mod timeline;
 
 use std::collections::{BTreeMap, HashSet};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -324,6 +324,7 @@ pub async fn run(config: ChaosConfig) -> Result<Report, HarnessError> {
     let recorder = Recorder::new();
     recorder.record(Event::Campaign {
         seed: config.seed,
+        duration_ms: config.duration.as_millis() as u64,
         nodes: config.nodes,
         clients: config.clients,
         session_timeout_ms: t.as_millis() as u64,
@@ -772,6 +773,48 @@ impl Campaign {
             timeline_path,
         })
     }
+}
+
+/// Checks a history written by an earlier campaign again, and draws its timeline again at
+/// `timeline_path` (a history is the whole evidence: the rules and the picture can be
+/// applied to it later, e.g. after the checker learned a new rule).
+///
+/// ```no_run
+/// # fn f() -> std::io::Result<()> {
+/// let history = "zkfence-chaos/history.jsonl".as_ref();
+/// let report = zkfence_testcontainers::chaos::recheck(history, "again.svg".as_ref())?;
+/// println!("{}", report.summary());
+/// # Ok(()) }
+/// ```
+///
+/// # Notable errors
+/// An [`io::Error`](std::io::Error) if the history cannot be read or parsed (the message
+/// names the line), or the picture cannot be written.
+pub fn recheck(history_path: &Path, timeline_path: &Path) -> std::io::Result<Report> {
+    let mut history = read_jsonl(history_path)?;
+    history.sort_by_key(|r| r.t_us);
+    let (seed, duration_ms) = history
+        .iter()
+        .find_map(|r| match r.event {
+            Event::Campaign {
+                seed, duration_ms, ..
+            } => Some((seed, duration_ms)),
+            _ => None,
+        })
+        .unwrap_or_default();
+    let violations = check(&history);
+    if let Some(dir) = timeline_path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)?;
+    }
+    draw(&history, &violations, timeline_path)?;
+    Ok(Report {
+        seed,
+        duration: Duration::from_millis(duration_ms),
+        history,
+        violations,
+        history_path: history_path.to_path_buf(),
+        timeline_path: timeline_path.to_path_buf(),
+    })
 }
 
 /// Keeps `holding` in step with a contender's events.

@@ -1,5 +1,5 @@
 //! The picture of a campaign: an SVG timeline drawn with plotters. One lane per contender
-//! with its holds as bars (the part after a stall began in grey), accepted writes as dots,
+//! with its holds as bars (the part after a stall began in a paler blue), accepted writes as dots,
 //! refused late writes as red crosses; faults as shaded bands (across every lane for a server
 //! fault, across its victim's lane for a client fault) and as bars in a lane of their own;
 //! violations as red lines.
@@ -30,7 +30,12 @@ const FAULT_COLORS: [RGBColor; 10] = [
     RGBColor(31, 119, 180),
 ];
 
+/// Room under the chart for the legend's rows.
+const LEGEND_HEIGHT: u32 = 64;
+
 const HOLD: RGBColor = RGBColor(60, 110, 200);
+/// The rest of a hold once its holder was stalled: it believes it holds, but cannot act.
+const STALLED: RGBColor = RGBColor(170, 195, 235);
 
 fn color_of(kind: FaultKind) -> RGBColor {
     let i = FaultKind::ALL.iter().position(|&k| k == kind).unwrap_or(0);
@@ -79,7 +84,7 @@ pub fn draw(history: &[Record], violations: &[Violation], path: &Path) -> io::Re
     // About 8 px per second, within reason.
     let width = ((end_s * 8.0) as u32).clamp(1200, 14_400);
     let lanes = clients + 1;
-    let height = 140 + 44 * lanes as u32;
+    let height = 120 + LEGEND_HEIGHT + 44 * lanes as u32;
     let root = SVGBackend::new(path, (width, height)).into_drawing_area();
     draw_on(&root, &h, violations, clients, end_s, &title).map_err(io::Error::other)?;
     root.present().map_err(io::Error::other)
@@ -97,7 +102,7 @@ fn draw_on(
 ) -> DrawResult {
     root.fill(&WHITE)?;
     let (_, total_height) = root.dim_in_pixel();
-    let (upper, legend) = root.split_vertically(total_height - 40);
+    let (upper, legend) = root.split_vertically(total_height - LEGEND_HEIGHT);
     let faults_lane = clients as f64;
     let mut chart = ChartBuilder::on(&upper)
         .caption(title, ("sans-serif", 18))
@@ -108,6 +113,7 @@ fn draw_on(
     chart
         .configure_mesh()
         .disable_y_mesh()
+        .light_line_style(WHITE)
         .y_labels(clients + 2)
         .y_label_formatter(&|y| {
             let lane = y.round();
@@ -158,7 +164,7 @@ fn draw_on(
         if hold.end_us > hold.believed_end_us() {
             chart.draw_series(std::iter::once(Rectangle::new(
                 [(believed, lane - 0.3), (s(hold.end_us), lane + 0.3)],
-                BLACK.mix(0.25).filled(),
+                STALLED.filled(),
             )))?;
         }
     }
@@ -218,11 +224,17 @@ fn draw_on(
     if !violations.is_empty() {
         entries.push((format!("violation ({})", violations.len()), RED));
     }
-    let mut x = 90;
+    // Rows of entries, wrapped at the picture's width (text widths estimated).
+    let (width, _) = legend.dim_in_pixel();
+    let (mut x, mut y) = (90, 8);
     for (label, color) in entries {
-        legend.draw(&Rectangle::new([(x, 12), (x + 12, 24)], color.filled()))?;
-        legend.draw(&Text::new(label.clone(), (x + 16, 12), ("sans-serif", 13)))?;
-        x += 24 + 7 * label.len() as i32;
+        let w = 30 + 7 * label.len() as i32;
+        if x + w > width as i32 - 10 {
+            (x, y) = (90, y + 20);
+        }
+        legend.draw(&Rectangle::new([(x, y), (x + 12, y + 12)], color.filled()))?;
+        legend.draw(&Text::new(label, (x + 16, y), ("sans-serif", 13)))?;
+        x += w;
     }
     Ok(())
 }
@@ -247,4 +259,127 @@ fn fault_spans(h: &[Record]) -> Vec<(f64, f64, FaultKind, Option<usize>)> {
         }
     }
     spans
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(ms: u64, event: Event) -> Record {
+        Record {
+            t_us: ms * 1_000,
+            event,
+        }
+    }
+
+    #[test]
+    fn the_picture_has_a_lane_per_client_its_holds_faults_and_violations() {
+        let history = vec![
+            at(
+                0,
+                Event::Campaign {
+                    seed: 5,
+                    duration_ms: 3_000,
+                    nodes: 3,
+                    clients: 2,
+                    session_timeout_ms: 2_000,
+                    tick_time_ms: 200,
+                    faults: vec![FaultKind::StallHolder],
+                    grant_bound_ms: 18_000,
+                },
+            ),
+            at(
+                100,
+                Event::Granted {
+                    client: 0,
+                    token: 7,
+                    sequence: 0,
+                },
+            ),
+            at(
+                200,
+                Event::FaultStarted {
+                    fault: 0,
+                    kind: FaultKind::StallHolder,
+                    client: Some(0),
+                    server: None,
+                },
+            ),
+            at(
+                2_500,
+                Event::Granted {
+                    client: 1,
+                    token: 8,
+                    sequence: 1,
+                },
+            ),
+            at(
+                2_600,
+                Event::WriteAccepted {
+                    client: 1,
+                    token: 8,
+                    seq: 1,
+                },
+            ),
+            at(
+                3_000,
+                Event::FaultHealed {
+                    fault: 0,
+                    kind: FaultKind::StallHolder,
+                },
+            ),
+            at(
+                3_001,
+                Event::WriteRefused {
+                    client: 0,
+                    token: 7,
+                    seq: 2,
+                    newest: 8,
+                },
+            ),
+            at(
+                3_002,
+                Event::Lost {
+                    client: 0,
+                    token: 7,
+                    reason: "expired".into(),
+                },
+            ),
+            at(
+                3_500,
+                Event::Released {
+                    client: 1,
+                    token: 8,
+                },
+            ),
+        ];
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.svg");
+        draw(&history, &[], &path).unwrap();
+        let clean = std::fs::read_to_string(&path).unwrap();
+        assert!(clean.starts_with("<svg") && clean.trim_end().ends_with("</svg>"));
+        for text in [
+            "seed 5",
+            "client 0",
+            "client 1",
+            "faults",
+            "stall-holder",
+            "refused late write",
+        ] {
+            assert!(clean.contains(text), "no {text:?} in the picture");
+        }
+        assert!(!clean.contains("violation"), "no violation was given");
+        // Holds are bars in the hold color; the stalled part of client 0's is paler.
+        assert_eq!(
+            clean.matches(r##"fill="#3C6EC8""##).count(),
+            3,
+            "two holds and the legend's box"
+        );
+
+        let violations = super::super::check(&history);
+        assert!(!violations.is_empty(), "no finished record: at least that");
+        draw(&history, &violations, &path).unwrap();
+        let marked = std::fs::read_to_string(&path).unwrap();
+        assert!(marked.contains(&format!("violation ({})", violations.len())));
+    }
 }
