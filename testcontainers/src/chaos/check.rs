@@ -3,10 +3,12 @@
 //!
 //! What a hold is: from a contender's `granted` until its own `lost`, `released` or
 //! `dropped` for that token, or until its process was killed (the `kill-client` fault is
-//! recorded before the SIGKILL) or exited. A holder that was SIGSTOPped (`stall-holder`)
-//! cannot see anything until it wakes, so its hold counts for the overlap rule only until the
-//! stall began: what it does after waking are writes, and the fence, not the lock, must turn
-//! those away. The rules:
+//! recorded before the SIGKILL) or exited. Two faults blind a holder: SIGSTOP
+//! (`stall-holder`), after which it sees nothing until it wakes, and an expiry forced from
+//! outside (`expire-session`), which the ensemble commits at once and the holder can only
+//! hear of afterwards. Such a hold counts for the overlap rule only until the fault began:
+//! what the holder does after it are writes, and the fence, not the lock, must turn those
+//! away. The rules:
 //!
 //! 1. **No overlap**: no two holds intersect.
 //! 2. **Tokens grow**: each grant's token is larger than the one of the grant before.
@@ -105,8 +107,9 @@ pub struct Hold {
     /// When it ended (its `lost`, `released` or `dropped`, its process's death, or the end of
     /// the history).
     pub end_us: u64,
-    /// When its process was stalled, if it was while holding.
-    pub stalled_us: Option<u64>,
+    /// When the holder was blinded while holding, if it was: its process stalled, or its
+    /// session expired from outside.
+    pub blind_us: Option<u64>,
     /// How it ended: the event's name, or the loss reason.
     pub ended_by: String,
     /// Index of the `granted` record in the (time-ordered) history.
@@ -115,10 +118,10 @@ pub struct Hold {
 }
 
 impl Hold {
-    /// The end that counts for the overlap rule: a stalled holder's hold ends when the stall
-    /// began.
+    /// The end that counts for the overlap rule: a blinded holder's hold ends when the fault
+    /// that blinded it began.
     pub fn believed_end_us(&self) -> u64 {
-        self.stalled_us.map_or(self.end_us, |s| s.min(self.end_us))
+        self.blind_us.map_or(self.end_us, |s| s.min(self.end_us))
     }
 }
 
@@ -164,7 +167,7 @@ fn holds_of(h: &[Record]) -> Vec<Hold> {
                         token,
                         start_us: r.t_us,
                         end_us: r.t_us,
-                        stalled_us: None,
+                        blind_us: None,
                         ended_by: String::new(),
                         start_index: i,
                         end_index: i,
@@ -197,12 +200,12 @@ fn holds_of(h: &[Record]) -> Vec<Hold> {
                 ..
             } => close(&mut open, client, i, "process killed", None),
             &Event::FaultStarted {
-                kind: FaultKind::StallHolder,
+                kind: FaultKind::StallHolder | FaultKind::ExpireSession,
                 client: Some(client),
                 ..
             } => {
                 if let Some(hold) = open.get_mut(&client) {
-                    hold.stalled_us.get_or_insert(r.t_us);
+                    hold.blind_us.get_or_insert(r.t_us);
                 }
             }
             _ => {}
@@ -594,7 +597,7 @@ mod tests {
         assert!(found.is_empty(), "{found:#?}");
         let holds = holds(&clean());
         assert_eq!(holds.len(), 4);
-        assert_eq!(holds[1].stalled_us, Some(600_000));
+        assert_eq!(holds[1].blind_us, Some(600_000));
         assert_eq!(
             holds[1].end_us, 4_002_000,
             "the stalled hold ends at its Lost"
@@ -627,6 +630,20 @@ mod tests {
         // past client 2's grant.
         let mut h = clean();
         h[6] = fault(600, 0, FaultKind::StallHolder, Some(0));
+        assert_eq!(rules(&h), vec![Rule::Overlap]);
+    }
+
+    #[test]
+    fn a_session_expired_from_outside_blinds_its_holder_like_a_stall() {
+        let mut h = clean();
+        h[6] = fault(600, 0, FaultKind::ExpireSession, Some(1));
+        h[9] = healed(600, 0, FaultKind::ExpireSession);
+        let found = check(&h);
+        assert!(found.is_empty(), "{found:#?}");
+        assert_eq!(holds(&h)[1].blind_us, Some(600_000));
+        // Any other instantaneous fault excuses nothing.
+        h[6] = fault(600, 0, FaultKind::CutClient, Some(1));
+        h[9] = healed(600, 0, FaultKind::CutClient);
         assert_eq!(rules(&h), vec![Rule::Overlap]);
     }
 

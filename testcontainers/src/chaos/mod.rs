@@ -635,7 +635,13 @@ impl Campaign {
         }
         let victim = &children[1 + rng.below(children.len() as u64 - 1) as usize];
         let path = format!("{LOCK_PATH}/{victim}");
-        tokio::time::timeout(step, client.delete(&path, None))
+        // Only while the holder's node still exists: else the victim may hold the lock by now.
+        let mut multi = client.new_multi_writer();
+        multi
+            .add_check_version(&format!("{LOCK_PATH}/{}", children[0]), -1)
+            .ok()?;
+        multi.add_delete(&path, None).ok()?;
+        tokio::time::timeout(step, multi.commit())
             .await
             .ok()?
             .ok()?;

@@ -1,5 +1,6 @@
 //! The picture of a campaign: an SVG timeline drawn with plotters. One lane per contender
-//! with its holds as bars (the part after a stall began in a paler blue), accepted writes as dots,
+//! with its holds as bars (the part after its holder was blinded, by a stall or a forced
+//! expiry, in a paler blue), accepted writes as dots,
 //! refused late writes as red crosses; faults as shaded bands (across every lane for a server
 //! fault, across its victim's lane for a client fault) and as bars in a lane of their own;
 //! violations as red lines.
@@ -34,8 +35,8 @@ const FAULT_COLORS: [RGBColor; 10] = [
 const LEGEND_HEIGHT: u32 = 64;
 
 const HOLD: RGBColor = RGBColor(60, 110, 200);
-/// The rest of a hold once its holder was stalled: it believes it holds, but cannot act.
-const STALLED: RGBColor = RGBColor(170, 195, 235);
+/// The rest of a hold once its holder was blinded: it believes it holds, but cannot know.
+const BLINDED: RGBColor = RGBColor(170, 195, 235);
 
 fn color_of(kind: FaultKind) -> RGBColor {
     let i = FaultKind::ALL.iter().position(|&k| k == kind).unwrap_or(0);
@@ -164,7 +165,7 @@ fn draw_on(
         if hold.end_us > hold.believed_end_us() {
             chart.draw_series(std::iter::once(Rectangle::new(
                 [(believed, lane - 0.3), (s(hold.end_us), lane + 0.3)],
-                STALLED.filled(),
+                BLINDED.filled(),
             )))?;
         }
     }
@@ -201,8 +202,8 @@ fn draw_on(
     let mut entries: Vec<(String, RGBColor)> = vec![
         ("hold".into(), HOLD),
         (
-            "hold after its holder was stalled".into(),
-            RGBColor(190, 190, 190),
+            "hold after its holder was blinded (stall, forced expiry)".into(),
+            BLINDED,
         ),
         ("refused late write (x)".into(), RED),
     ];
