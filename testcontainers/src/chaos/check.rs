@@ -6,9 +6,10 @@
 //! recorded before the SIGKILL) or exited. Two faults blind a holder: SIGSTOP
 //! (`stall-holder`), after which it sees nothing until it wakes, and an expiry forced from
 //! outside (`expire-session`), which the ensemble commits at once and the holder can only
-//! hear of afterwards. Such a hold counts for the overlap rule only until the fault began:
-//! what the holder does after it are writes, and the fence, not the lock, must turn those
-//! away. The rules:
+//! hear of afterwards. Such a hold counts for the overlap rule only until the fault began
+//! (for an expiry: or the grant, if the client was granted after the fault began and before
+//! it heard of the expiry): what the holder does after it are writes, and the fence, not the
+//! lock, must turn those away. The rules:
 //!
 //! 1. **No overlap**: no two holds intersect.
 //! 2. **Tokens grow**: each grant's token is larger than the one of the grant before.
@@ -200,7 +201,7 @@ fn holds_of(h: &[Record]) -> Vec<Hold> {
                 ..
             } => close(&mut open, client, i, "process killed", None),
             &Event::FaultStarted {
-                kind: FaultKind::StallHolder | FaultKind::ExpireSession,
+                kind: FaultKind::StallHolder,
                 client: Some(client),
                 ..
             } => {
@@ -218,8 +219,51 @@ fn holds_of(h: &[Record]) -> Vec<Hold> {
         hold.ended_by = "the end of the history".into();
         done.push(hold);
     }
+    // A forced expiry blinds every hold of its client that meets its window.
+    for (client, from, to) in expiry_windows(h) {
+        for hold in done.iter_mut().filter(|hold| hold.client == client) {
+            if hold.start_us <= to && hold.end_us >= from {
+                let blind = hold.start_us.max(from);
+                hold.blind_us = Some(hold.blind_us.map_or(blind, |b| b.min(blind)));
+            }
+        }
+    }
     done.sort_by_key(|hold| (hold.start_us, hold.start_index));
     done
+}
+
+/// The windows of the forced expiries, as (client, from, to): from the fault's start until
+/// the client next hears of its session (a loss, a failed acquire, a new session) or ends.
+/// The expiry lands some time after the fault starts (another connection must take the
+/// session over first), so a waiter may be granted in between, and learn of it only after.
+fn expiry_windows(h: &[Record]) -> Vec<(usize, u64, u64)> {
+    let end = h.last().map_or(0, |r| r.t_us);
+    h.iter()
+        .enumerate()
+        .filter_map(|(i, r)| match r.event {
+            Event::FaultStarted {
+                kind: FaultKind::ExpireSession,
+                client: Some(client),
+                ..
+            } => {
+                let heard = h[i..]
+                    .iter()
+                    .find(|x| {
+                        x.event.client() == Some(client)
+                            && matches!(
+                                x.event,
+                                Event::Lost { .. }
+                                    | Event::AcquireFailed { .. }
+                                    | Event::Connected { .. }
+                                    | Event::ContenderExited { .. }
+                            )
+                    })
+                    .map_or(end, |x| x.t_us);
+                Some((client, r.t_us, heard))
+            }
+            _ => None,
+        })
+        .collect()
 }
 
 /// Checks every rule (see the module docs) over `history` and returns what it broke, in
@@ -641,7 +685,27 @@ mod tests {
         let found = check(&h);
         assert!(found.is_empty(), "{found:#?}");
         assert_eq!(holds(&h)[1].blind_us, Some(600_000));
+        // Also when the expiry, asked for while the client waited, lands after its grant.
+        let mut h = clean();
+        h[6] = fault(505, 0, FaultKind::ExpireSession, Some(1));
+        h[9] = healed(505, 0, FaultKind::ExpireSession);
+        let found = check(&h);
+        assert!(found.is_empty(), "{found:#?}");
+        assert_eq!(holds(&h)[1].blind_us, Some(510_000));
+        // But not a hold granted after the client heard of its expiry.
+        h.insert(
+            7,
+            at(
+                506,
+                Event::AcquireFailed {
+                    client: 1,
+                    error: "the ZooKeeper session expired".into(),
+                },
+            ),
+        );
+        assert_eq!(rules(&h), vec![Rule::Overlap]);
         // Any other instantaneous fault excuses nothing.
+        let mut h = clean();
         h[6] = fault(600, 0, FaultKind::CutClient, Some(1));
         h[9] = healed(600, 0, FaultKind::CutClient);
         assert_eq!(rules(&h), vec![Rule::Overlap]);
