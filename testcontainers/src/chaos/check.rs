@@ -502,13 +502,8 @@ fn quiet_time(from: u64, to: u64, spans: &[(u64, u64)]) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::chaos::history::at;
 
-    fn at(ms: u64, event: Event) -> Record {
-        Record {
-            t_us: ms * 1_000,
-            event,
-        }
-    }
     fn granted(ms: u64, client: usize, token: u64) -> Record {
         at(
             ms,

@@ -203,6 +203,15 @@ impl Event {
     }
 }
 
+/// A record `ms` milliseconds after the start, for histories written by hand in tests.
+#[cfg(test)]
+pub(crate) fn at(ms: u64, event: Event) -> Record {
+    Record {
+        t_us: ms * 1_000,
+        event,
+    }
+}
+
 /// Writes `history` to `path`, one JSON object per line.
 pub fn write_jsonl(path: &Path, history: &[Record]) -> io::Result<()> {
     let mut out = io::BufWriter::new(std::fs::File::create(path)?);

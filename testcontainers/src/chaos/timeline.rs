@@ -265,13 +265,7 @@ fn fault_spans(h: &[Record]) -> Vec<(f64, f64, FaultKind, Option<usize>)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn at(ms: u64, event: Event) -> Record {
-        Record {
-            t_us: ms * 1_000,
-            event,
-        }
-    }
+    use crate::chaos::history::at;
 
     #[test]
     fn the_picture_has_a_lane_per_client_its_holds_faults_and_violations() {
