@@ -457,6 +457,7 @@ impl Campaign {
             }
         }
         let started = |client: Option<usize>, server: Option<usize>| {
+            tracing::info!(fault = id, kind = %p.kind, ?client, ?server, lasts = ?p.lasts, "chaos: fault");
             self.recorder.record(Event::FaultStarted {
                 fault: id,
                 kind: p.kind,
