@@ -233,7 +233,8 @@ fn holds_of(h: &[Record]) -> Vec<Hold> {
 }
 
 /// The windows of the forced expiries, as (client, from, to): from the fault's start until
-/// the client next hears of its session (a loss, a failed acquire, a new session) or ends.
+/// the client next hears of its session (a loss, a failed acquire, a new session), reports
+/// that the expiry failed, or ends.
 /// The expiry lands some time after the fault starts (another connection must take the
 /// session over first), so a waiter may be granted in between, and learn of it only after.
 fn expiry_windows(h: &[Record]) -> Vec<(usize, u64, u64)> {
@@ -254,6 +255,7 @@ fn expiry_windows(h: &[Record]) -> Vec<(usize, u64, u64)> {
                                 x.event,
                                 Event::Lost { .. }
                                     | Event::AcquireFailed { .. }
+                                    | Event::ExpiryFailed { .. }
                                     | Event::Connected { .. }
                                     | Event::ContenderExited { .. }
                             )
@@ -687,7 +689,20 @@ mod tests {
         let found = check(&h);
         assert!(found.is_empty(), "{found:#?}");
         assert_eq!(holds(&h)[1].blind_us, Some(510_000));
-        // But not a hold granted after the client heard of its expiry.
+        // Nor after it said the expiry failed.
+        let mut failed = h.clone();
+        failed.insert(
+            7,
+            at(
+                506,
+                Event::ExpiryFailed {
+                    client: 1,
+                    error: "no session within 4s".into(),
+                },
+            ),
+        );
+        assert_eq!(rules(&failed), vec![Rule::Overlap]);
+        // Nor a hold granted after the client heard of its expiry.
         h.insert(
             7,
             at(

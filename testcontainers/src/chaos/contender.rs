@@ -128,12 +128,7 @@ impl Contender {
             session: format!("{:x}", session.id()),
         });
         tokio::spawn(report_reconnections(session.clone(), self.c.clone()));
-        tokio::spawn(commands(
-            session.clone(),
-            self.c.direct.clone(),
-            self.t,
-            stop_tx,
-        ));
+        tokio::spawn(commands(session.clone(), self.c.clone(), stop_tx));
         let mut register = match Register::connect(self.c.register).await {
             Ok(r) => r,
             Err(e) => {
@@ -282,11 +277,21 @@ async fn report_reconnections(session: Session, c: ContenderConfig) {
 }
 
 /// Reads the campaign's commands from stdin until it ends, then asks the contender to stop.
-async fn commands(session: Session, direct: String, t: Duration, stop: watch::Sender<bool>) {
+async fn commands(session: Session, c: ContenderConfig, stop: watch::Sender<bool>) {
+    let t = Duration::from_millis(c.session_timeout_ms);
     let mut lines = BufReader::new(tokio::io::stdin()).lines();
     while let Ok(Some(line)) = lines.next_line().await {
         if line.trim() == "expire" {
-            expire(&session, &direct, t).await;
+            if let Err(error) = expire(&session, &c.direct, t).await {
+                eprintln!("zkfence chaos contender: could not expire the session: {error}");
+                emit(
+                    &c,
+                    Event::ExpiryFailed {
+                        client: c.client,
+                        error,
+                    },
+                );
+            }
         }
     }
     let _ = stop.send(true);
@@ -294,16 +299,19 @@ async fn commands(session: Session, direct: String, t: Duration, stop: watch::Se
 
 /// Expires our own ZooKeeper session: another connection takes it over with its id and
 /// password, then closes it, which the ensemble commits as the session's end.
-async fn expire(session: &Session, direct: &str, t: Duration) {
+async fn expire(session: &Session, direct: &str, t: Duration) -> Result<(), String> {
     let info = session.client().session().clone();
     let connect = zk::Client::connector()
         .with_session(info)
         .with_session_timeout(t)
         .connect(direct);
     match tokio::time::timeout(t, connect).await {
-        Ok(Ok(other)) => drop(other),
-        Ok(Err(e)) => eprintln!("zkfence chaos contender: could not expire the session: {e}"),
-        Err(_) => eprintln!("zkfence chaos contender: could not expire the session in time"),
+        Ok(Ok(other)) => {
+            drop(other);
+            Ok(())
+        }
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err(format!("no session within {t:?}")),
     }
 }
 

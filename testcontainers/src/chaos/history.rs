@@ -93,6 +93,14 @@ pub enum Event {
         /// The library's error.
         error: String,
     },
+    /// A contender could not expire its session when asked (`expire-session`): the fault
+    /// did nothing.
+    ExpiryFailed {
+        /// The contender.
+        client: usize,
+        /// Why.
+        error: String,
+    },
     /// The lease told its holder it is lost.
     Lost {
         /// The holder.
@@ -191,6 +199,7 @@ impl Event {
             | Event::Granted { client, .. }
             | Event::AcquireTimeout { client }
             | Event::AcquireFailed { client, .. }
+            | Event::ExpiryFailed { client, .. }
             | Event::Lost { client, .. }
             | Event::Released { client, .. }
             | Event::Dropped { client, .. }
