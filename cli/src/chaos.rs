@@ -45,6 +45,21 @@ pub struct Args {
     /// draw its timeline again.
     #[arg(long, value_name = "FILE", conflicts_with_all = ["duration", "seed", "faults", "nodes", "clients", "session_timeout", "tick_time"])]
     check: Option<PathBuf>,
+    /// With --check: draw only the seconds FROM..TO of the campaign, e.g. "300s..600s" (a
+    /// long run's whole picture is wide).
+    #[arg(long, requires = "check", value_parser = parse_window, value_name = "FROM..TO")]
+    window: Option<(Duration, Duration)>,
+}
+
+fn parse_window(s: &str) -> Result<(Duration, Duration), String> {
+    let (from, to) = s
+        .split_once("..")
+        .ok_or("expected FROM..TO, e.g. \"300s..600s\"")?;
+    let (from, to) = (duration::parse(from)?, duration::parse(to)?);
+    if from >= to {
+        return Err(format!("the window {s:?} is empty"));
+    }
+    Ok((from, to))
 }
 
 /// What `zkfence chaos` was asked to do.
@@ -52,8 +67,8 @@ pub struct Args {
 pub enum Task {
     /// Run a campaign.
     Campaign(ChaosConfig),
-    /// Check a history again, drawing the timeline at the second path.
-    Recheck(PathBuf, PathBuf),
+    /// Check a history again, drawing the timeline (of a window of it) at the second path.
+    Recheck(PathBuf, PathBuf, Option<(Duration, Duration)>),
 }
 
 fn parse_nodes(s: &str) -> Result<usize, String> {
@@ -74,7 +89,11 @@ pub fn task(args: Args) -> Result<Task, Failure> {
                 .map(PathBuf::from)
                 .unwrap_or_else(|| PathBuf::from(".")),
         };
-        return Ok(Task::Recheck(history, dir.join("timeline.svg")));
+        return Ok(Task::Recheck(
+            history,
+            dir.join("timeline.svg"),
+            args.window,
+        ));
     }
     let exe = std::env::current_exe()
         .map_err(|e| Failure::new(exit::ERROR, format!("cannot find our own binary: {e}")))?;
@@ -107,12 +126,13 @@ pub fn task(args: Args) -> Result<Task, Failure> {
 pub async fn run(task: Task) -> Result<u8, Failure> {
     let report = match task {
         Task::Campaign(config) => campaign(config).await?,
-        Task::Recheck(history, timeline) => chaos::recheck(&history, &timeline).map_err(|e| {
-            Failure::new(
-                exit::USAGE,
-                format!("cannot check {}: {e}", history.display()),
-            )
-        })?,
+        Task::Recheck(history, timeline, window) => chaos::recheck(&history, &timeline, window)
+            .map_err(|e| {
+                Failure::new(
+                    exit::USAGE,
+                    format!("cannot check {}: {e}", history.display()),
+                )
+            })?,
     };
     for v in &report.violations {
         eprint!("{v}");

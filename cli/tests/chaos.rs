@@ -106,6 +106,8 @@ async fn settings_that_cannot_work_are_refused_before_anything_starts() {
             &["--check", "/nonexistent/history.jsonl"],
             "cannot check /nonexistent/history.jsonl",
         ),
+        (&["--window", "1s..2s"], "--check"),
+        (&["--check", "h.jsonl", "--window", "5s..1s"], "is empty"),
     ] {
         let (code, _, stderr) = chaos(args, Duration::from_secs(10)).await;
         assert_eq!(code, Some(2), "{args:?}: {stderr}");

@@ -57,7 +57,7 @@ pub use faults::FaultKind;
 use faults::{Planned, Rng};
 pub use history::{read_jsonl, write_jsonl, Event, Record};
 use register::RegisterServer;
-pub use timeline::draw;
+pub use timeline::{draw, draw_window};
 
 /// The first argument that makes a program run [`contender_main`] (the `zkfence` CLI's
 /// hidden contender mode).
@@ -783,21 +783,26 @@ impl Campaign {
 }
 
 /// Checks a history written by an earlier campaign again, and draws its timeline again at
-/// `timeline_path` (a history is the whole evidence: the rules and the picture can be
-/// applied to it later, e.g. after the checker learned a new rule).
+/// `timeline_path`, of the seconds `window` only if given (see [`draw_window`]). A history
+/// is the whole evidence: the rules and the picture can be applied to it later, e.g. after
+/// the checker learned a new rule.
 ///
 /// ```no_run
 /// # fn f() -> std::io::Result<()> {
 /// let history = "zkfence-chaos/history.jsonl".as_ref();
-/// let report = zkfence_testcontainers::chaos::recheck(history, "again.svg".as_ref())?;
+/// let report = zkfence_testcontainers::chaos::recheck(history, "again.svg".as_ref(), None)?;
 /// println!("{}", report.summary());
 /// # Ok(()) }
 /// ```
 ///
 /// # Notable errors
 /// An [`io::Error`](std::io::Error) if the history cannot be read or parsed (the message
-/// names the line), or the picture cannot be written.
-pub fn recheck(history_path: &Path, timeline_path: &Path) -> std::io::Result<Report> {
+/// names the line), the window is empty, or the picture cannot be written.
+pub fn recheck(
+    history_path: &Path,
+    timeline_path: &Path,
+    window: Option<(Duration, Duration)>,
+) -> std::io::Result<Report> {
     let mut history = read_jsonl(history_path)?;
     history.sort_by_key(|r| r.t_us);
     let (seed, duration_ms) = history
@@ -813,7 +818,7 @@ pub fn recheck(history_path: &Path, timeline_path: &Path) -> std::io::Result<Rep
     if let Some(dir) = timeline_path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir)?;
     }
-    draw(&history, &violations, timeline_path)?;
+    draw_window(&history, &violations, timeline_path, window)?;
     Ok(Report {
         seed,
         duration: Duration::from_millis(duration_ms),

@@ -7,6 +7,7 @@
 
 use std::io;
 use std::path::Path;
+use std::time::Duration;
 
 use plotters::coord::Shift;
 use plotters::prelude::*;
@@ -53,6 +54,27 @@ fn color_of(kind: FaultKind) -> RGBColor {
 /// # Ok(()) }
 /// ```
 pub fn draw(history: &[Record], violations: &[Violation], path: &Path) -> io::Result<()> {
+    draw_window(history, violations, path, None)
+}
+
+/// [`draw`], of the seconds `from..to` of the campaign only (`None`: all of it): a long
+/// run's picture is wide, a window of it is readable.
+///
+/// ```no_run
+/// # fn f() -> std::io::Result<()> {
+/// use std::time::Duration;
+/// use zkfence_testcontainers::chaos;
+/// let history = chaos::read_jsonl("zkfence-chaos/history.jsonl".as_ref())?;
+/// let minutes_5_to_10 = (Duration::from_secs(300), Duration::from_secs(600));
+/// chaos::draw_window(&history, &[], "window.svg".as_ref(), Some(minutes_5_to_10))?;
+/// # Ok(()) }
+/// ```
+pub fn draw_window(
+    history: &[Record],
+    violations: &[Violation],
+    path: &Path,
+    window: Option<(Duration, Duration)>,
+) -> io::Result<()> {
     let mut h = history.to_vec();
     h.sort_by_key(|r| r.t_us);
     let (clients, title) = match h.iter().find_map(|r| match &r.event {
@@ -81,13 +103,28 @@ pub fn draw(history: &[Record], violations: &[Violation], path: &Path) -> io::Re
             "zkfence chaos".to_string(),
         ),
     };
-    let end_s = (h.last().map_or(0, |r| r.t_us) as f64 / 1e6).max(1.0);
+    let last_s = (h.last().map_or(0, |r| r.t_us) as f64 / 1e6).max(1.0);
+    let (span, title) = match window {
+        None => ((0.0, last_s), title),
+        Some((from, to)) => {
+            let (from, to) = (from.as_secs_f64(), to.as_secs_f64().min(last_s));
+            if from >= to {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!(
+                        "the window {from}s..{to}s is empty (the history ends at {last_s:.0}s)"
+                    ),
+                ));
+            }
+            ((from, to), format!("{title}; seconds {from:.0} to {to:.0}"))
+        }
+    };
     // About 8 px per second, within reason.
-    let width = ((end_s * 8.0) as u32).clamp(1200, 14_400);
+    let width = (((span.1 - span.0) * 8.0) as u32).clamp(1200, 14_400);
     let lanes = clients + 1;
     let height = 120 + LEGEND_HEIGHT + 44 * lanes as u32;
     let root = SVGBackend::new(path, (width, height)).into_drawing_area();
-    draw_on(&root, &h, violations, clients, end_s, &title).map_err(io::Error::other)?;
+    draw_on(&root, &h, violations, clients, span, &title).map_err(io::Error::other)?;
     root.present().map_err(io::Error::other)
 }
 
@@ -98,9 +135,13 @@ fn draw_on(
     h: &[Record],
     violations: &[Violation],
     clients: usize,
-    end_s: f64,
+    (start_s, end_s): (f64, f64),
     title: &str,
 ) -> DrawResult {
+    // Everything is clipped to the window by hand.
+    let clip =
+        |a: f64, b: f64| (b >= start_s && a <= end_s).then(|| (a.max(start_s), b.min(end_s)));
+    let inside = |t: f64| (start_s..=end_s).contains(&t);
     root.fill(&WHITE)?;
     let (_, total_height) = root.dim_in_pixel();
     let (upper, legend) = root.split_vertically(total_height - LEGEND_HEIGHT);
@@ -110,7 +151,7 @@ fn draw_on(
         .margin(10)
         .x_label_area_size(30)
         .y_label_area_size(80)
-        .build_cartesian_2d(0f64..end_s, -0.5f64..faults_lane + 0.5)?;
+        .build_cartesian_2d(start_s..end_s, -0.5f64..faults_lane + 0.5)?;
     chart
         .configure_mesh()
         .disable_y_mesh()
@@ -135,7 +176,10 @@ fn draw_on(
     for (start, end, kind, client) in fault_spans(h) {
         let c = color_of(kind);
         // Instantaneous faults get a sliver that still shows.
-        let end = end.max(start + (end_s / 2_000.0).max(0.05));
+        let end = end.max(start + ((end_s - start_s) / 2_000.0).max(0.05));
+        let Some((start, end)) = clip(start, end) else {
+            continue;
+        };
         let (lo, hi) = match client {
             Some(c) => (c as f64 - 0.5, c as f64 + 0.5),
             None => (-0.5, faults_lane - 0.5),
@@ -154,17 +198,18 @@ fn draw_on(
     // Holds.
     for hold in holds(h) {
         let lane = hold.client as f64;
-        let believed = s(hold.believed_end_us());
-        chart.draw_series(std::iter::once(Rectangle::new(
-            [
-                (s(hold.start_us), lane - 0.3),
-                (believed.max(s(hold.start_us)), lane + 0.3),
-            ],
-            HOLD.mix(0.8).filled(),
-        )))?;
-        if hold.end_us > hold.believed_end_us() {
+        let believed = s(hold.believed_end_us()).max(s(hold.start_us));
+        if let Some((a, b)) = clip(s(hold.start_us), believed) {
             chart.draw_series(std::iter::once(Rectangle::new(
-                [(believed, lane - 0.3), (s(hold.end_us), lane + 0.3)],
+                [(a, lane - 0.3), (b, lane + 0.3)],
+                HOLD.mix(0.8).filled(),
+            )))?;
+        }
+        if let Some((a, b)) =
+            clip(believed, s(hold.end_us)).filter(|_| hold.end_us > hold.believed_end_us())
+        {
+            chart.draw_series(std::iter::once(Rectangle::new(
+                [(a, lane - 0.3), (b, lane + 0.3)],
                 BLINDED.filled(),
             )))?;
         }
@@ -172,18 +217,18 @@ fn draw_on(
     // Writes.
     let accepted = h
         .iter()
-        .filter(|r| matches!(r.event, Event::WriteAccepted { .. }))
+        .filter(|r| matches!(r.event, Event::WriteAccepted { .. }) && inside(s(r.t_us)))
         .count();
     if accepted <= MAX_WRITE_DOTS {
         chart.draw_series(h.iter().filter_map(|r| match r.event {
-            Event::WriteAccepted { client, .. } => {
+            Event::WriteAccepted { client, .. } if inside(s(r.t_us)) => {
                 Some(Circle::new((s(r.t_us), client as f64), 2, BLACK.filled()))
             }
             _ => None,
         }))?;
     }
     chart.draw_series(h.iter().filter_map(|r| match r.event {
-        Event::WriteRefused { client, .. } => Some(Cross::new(
+        Event::WriteRefused { client, .. } if inside(s(r.t_us)) => Some(Cross::new(
             (s(r.t_us), client as f64),
             5,
             RED.stroke_width(2),
@@ -191,7 +236,7 @@ fn draw_on(
         _ => None,
     }))?;
     // Violations.
-    for v in violations {
+    for v in violations.iter().filter(|v| inside(s(v.t_us))) {
         chart.draw_series(std::iter::once(PathElement::new(
             vec![(s(v.t_us), -0.5), (s(v.t_us), faults_lane + 0.5)],
             RED.stroke_width(3),
@@ -370,6 +415,19 @@ mod tests {
             3,
             "two holds and the legend's box"
         );
+
+        // A window of it: the title says which seconds; an empty one is refused.
+        let window = Some((Duration::from_secs(2), Duration::from_secs(3)));
+        draw_window(&history, &[], &path, window).unwrap();
+        let part = std::fs::read_to_string(&path).unwrap();
+        assert!(part.contains("seconds 2 to 3"), "the window's title");
+        assert_eq!(
+            part.matches(r##"fill="#3C6EC8""##).count(),
+            2,
+            "client 1's hold and the legend's"
+        );
+        let past_the_end = Some((Duration::from_secs(9), Duration::from_secs(10)));
+        assert!(draw_window(&history, &[], &path, past_the_end).is_err());
 
         let violations = super::super::check(&history);
         assert!(!violations.is_empty(), "no finished record: at least that");
