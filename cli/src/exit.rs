@@ -37,7 +37,8 @@ pub fn by_signal(sig: i32) -> u8 {
 pub const HELP: &str = "\
 Exit codes:
   0        success; for exec and elect: CMD's own exit code
-  1        error (for demo: a promise did not hold)
+  1        error (for demo: a promise did not hold; for chaos: the checker found a
+           violation)
   2        usage error: bad arguments, path or connect string, a TLS file that cannot be
            used, a plaintext connection to a TLS port, or a --limit other than the holders'
            (nothing was run); checked before connecting where no server is needed

@@ -5,6 +5,7 @@
 //! show a queue, `ensemble up` starts a throwaway local ensemble, and `demo` plays every
 //! promise of the library against a real ensemble.
 
+mod chaos;
 mod child;
 mod clock;
 mod demo;
@@ -415,6 +416,23 @@ enum Command {
     /// killed while locks are held, and leader-election failover. Exits 0 only if every step
     /// behaved as promised.
     Demo,
+
+    /// Run a randomized fault campaign against a throwaway local ensemble and check its
+    /// whole history.
+    ///
+    /// CLIENTS contender processes, each with its own session through its own connection,
+    /// contend for one lock: acquire, write (token, client, sequence) to a register that a
+    /// fence guards, hold a random time, release or drop. Faults from a seeded schedule start
+    /// and heal meanwhile, one or more at a time. Then the checker looks for overlapping
+    /// holds, tokens out of order, stale writes the fence accepted, faults not followed by
+    /// a grant, and leftover nodes and processes (see the README, "zkfence chaos").
+    ///
+    /// Prints a one-line summary; writes DIR/history.jsonl and DIR/timeline.svg. Exits 1
+    /// if the checker found a violation (each is printed with the events around it).
+    ///
+    /// Example: zkfence chaos --duration 10m --session-timeout 10s --tick-time 2s --seed 7
+    #[command(after_long_help = exit::HELP)]
+    Chaos(chaos::Args),
 }
 
 #[derive(Subcommand, Debug)]
@@ -684,6 +702,10 @@ fn main() -> ExitCode {
     if args.get(1).map(String::as_str) == Some(supervisor::MODE) {
         supervisor::main(&args[2..]);
     }
+    if args.get(1).map(String::as_str) == Some(zkfence_testcontainers::chaos::CONTENDER_MODE) {
+        let config = args.get(2).map_or("", String::as_str);
+        std::process::exit(zkfence_testcontainers::chaos::contender_main(config));
+    }
     let cli = Cli::parse();
     init_logging(cli.verbose, cli.log_level.as_deref());
     // Everything that needs no server is checked here, before the runtime and any connect:
@@ -729,6 +751,7 @@ enum Job {
     Demo,
     Completions(clap_complete::Shell),
     Man(Option<String>),
+    Chaos(chaos::Task),
 }
 
 impl Job {
@@ -843,6 +866,7 @@ impl Job {
             Command::Demo => Job::Demo,
             Command::Completions { shell } => Job::Completions(shell),
             Command::Man { subcommand } => Job::Man(subcommand),
+            Command::Chaos(args) => Job::Chaos(chaos::task(args)?),
         })
     }
 
@@ -869,6 +893,7 @@ impl Job {
             Job::Demo => demo::run().await,
             Job::Completions(shell) => generated::completions(shell),
             Job::Man(subcommand) => generated::man(subcommand.as_deref()),
+            Job::Chaos(task) => chaos::run(task).await,
         }
     }
 }

@@ -428,6 +428,7 @@ async fn every_help_shows_the_one_exit_code_table_of_the_readme() {
         &["leader", "--help"],
         &["revoke", "--help"],
         &["gc", "--help"],
+        &["chaos", "--help"],
     ] {
         let ran = run(zkfence_bare(args), Duration::from_secs(10)).await;
         assert_eq!(ran.code, Some(0));

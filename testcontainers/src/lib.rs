@@ -15,6 +15,9 @@
 //! ([`TlsMaterial`], by the `openssl` command), client certificates as identities, SASL
 //! DIGEST-MD5 users.
 //!
+//! With the feature `chaos`, [`chaos::run`] runs a randomized fault campaign against an
+//! ensemble and checks its whole history (the `zkfence chaos` command).
+//!
 //! [`Postgres`] starts a throwaway PostgreSQL server the same way (Debian's `postgresql`
 //! binaries, a cluster in a temporary directory, a free loopback port, the same cleanup
 //! guarantees), for tests of fencing where the data lives.
@@ -112,6 +115,8 @@
 
 #![warn(missing_docs)]
 
+#[cfg(feature = "chaos")]
+pub mod chaos;
 mod ensemble;
 mod error;
 mod hygiene;

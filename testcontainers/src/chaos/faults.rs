@@ -1,0 +1,270 @@
+//! The fault kinds a campaign injects, and the schedule a seed makes of them.
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// One kind of fault. Each is started at a planned time and healed after a planned duration
+/// (the instantaneous ones heal at once).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FaultKind {
+    /// SIGKILL the ZooKeeper leader; healed by starting it again.
+    KillLeader,
+    /// SIGKILL a follower; healed by starting it again.
+    KillFollower,
+    /// SIGSTOP a server (any role); healed by SIGCONT.
+    PauseServer,
+    /// Cut a server (the leader half of the time) off from its peers while its clients stay
+    /// connected; healed by restoring its links.
+    IsolateServer,
+    /// Blackhole one contender's connection (the holder's half of the time): bytes held,
+    /// sockets open.
+    BlackholeClient,
+    /// Close one contender's connections (it reconnects at once). Instantaneous.
+    CutClient,
+    /// SIGSTOP the process holding the lock for longer than its session timeout; healed by
+    /// SIGCONT. Its late writes must be refused by the fence once a newer holder wrote.
+    StallHolder,
+    /// SIGKILL a contender process (the holder's half of the time); healed by starting a new
+    /// one in its place.
+    KillClient,
+    /// Expire a contender's session (the holder's half of the time), the way ZooKeeper's own
+    /// tests do: connect with its session id and password elsewhere, then close that
+    /// connection. Instantaneous.
+    ExpireSession,
+    /// Delete a waiter's queue node, as an operator cleaning up by hand would.
+    /// Instantaneous.
+    DeleteWaiter,
+}
+
+impl FaultKind {
+    /// Every kind, in a fixed order.
+    pub const ALL: [FaultKind; 10] = [
+        FaultKind::KillLeader,
+        FaultKind::KillFollower,
+        FaultKind::PauseServer,
+        FaultKind::IsolateServer,
+        FaultKind::BlackholeClient,
+        FaultKind::CutClient,
+        FaultKind::StallHolder,
+        FaultKind::KillClient,
+        FaultKind::ExpireSession,
+        FaultKind::DeleteWaiter,
+    ];
+
+    /// The name used on the command line and in the history (`kill-leader`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            FaultKind::KillLeader => "kill-leader",
+            FaultKind::KillFollower => "kill-follower",
+            FaultKind::PauseServer => "pause-server",
+            FaultKind::IsolateServer => "isolate-server",
+            FaultKind::BlackholeClient => "blackhole-client",
+            FaultKind::CutClient => "cut-client",
+            FaultKind::StallHolder => "stall-holder",
+            FaultKind::KillClient => "kill-client",
+            FaultKind::ExpireSession => "expire-session",
+            FaultKind::DeleteWaiter => "delete-waiter",
+        }
+    }
+
+    /// Whether it hurts a server (at most a minority of servers is hurt at once, so the
+    /// ensemble keeps a quorum).
+    pub fn hurts_a_server(self) -> bool {
+        matches!(
+            self,
+            FaultKind::KillLeader
+                | FaultKind::KillFollower
+                | FaultKind::PauseServer
+                | FaultKind::IsolateServer
+        )
+    }
+
+    /// Whether it is over as soon as it is done (no heal step).
+    pub fn is_instant(self) -> bool {
+        matches!(
+            self,
+            FaultKind::CutClient | FaultKind::ExpireSession | FaultKind::DeleteWaiter
+        )
+    }
+}
+
+impl fmt::Display for FaultKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for FaultKind {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        FaultKind::ALL
+            .into_iter()
+            .find(|k| k.name() == s)
+            .ok_or_else(|| {
+                let names: Vec<_> = FaultKind::ALL.iter().map(|k| k.name()).collect();
+                format!(
+                    "unknown fault kind {s:?}; expected one of: {}",
+                    names.join(", ")
+                )
+            })
+    }
+}
+
+/// A small deterministic PRNG (SplitMix64): the same seed gives the same schedule on every
+/// machine, which is all a campaign needs of it (not cryptographic, not for statistics).
+#[derive(Debug, Clone)]
+pub(crate) struct Rng(u64);
+
+impl Rng {
+    pub(crate) fn new(seed: u64) -> Rng {
+        Rng(seed)
+    }
+
+    pub(crate) fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `0..n` (`n > 0`; the modulo bias is irrelevant at these sizes).
+    pub(crate) fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n
+    }
+
+    /// Uniform in `lo..=hi`.
+    pub(crate) fn between(&mut self, lo: Duration, hi: Duration) -> Duration {
+        let (lo, hi) = (
+            lo.as_millis() as u64,
+            hi.as_millis().max(lo.as_millis()) as u64,
+        );
+        Duration::from_millis(lo + self.below(hi - lo + 1))
+    }
+
+    /// True with probability `percent` / 100.
+    pub(crate) fn percent(&mut self, percent: u64) -> bool {
+        self.below(100) < percent
+    }
+}
+
+/// One fault of the schedule.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Planned {
+    /// When to start it, from the campaign's start.
+    pub(crate) at: Duration,
+    pub(crate) kind: FaultKind,
+    /// How long it lasts before it is healed (zero for the instantaneous kinds).
+    pub(crate) lasts: Duration,
+    /// A random number that picks the victim among those that fit when it starts.
+    pub(crate) pick: u64,
+}
+
+/// The faults a seed gives for a campaign of `duration`, each healed by its end. Kinds come in rounds, each round
+/// every kind of `kinds` once in a random order, so a short campaign still sees each kind;
+/// starts are `T/4..T` apart, so faults often overlap; a fault lasts `T/2..5T/2` (`T` the
+/// session timeout): shorter ones are survived, longer ones expire sessions.
+pub(crate) fn schedule(
+    seed: u64,
+    kinds: &[FaultKind],
+    duration: Duration,
+    session_timeout: Duration,
+) -> Vec<Planned> {
+    let mut rng = Rng::new(seed);
+    let t = session_timeout;
+    let mut plan = Vec::new();
+    if kinds.is_empty() {
+        return plan;
+    }
+    // The ensemble and the contenders settle first.
+    let mut at = t;
+    let mut round: Vec<FaultKind> = Vec::new();
+    loop {
+        if round.is_empty() {
+            round = kinds.to_vec();
+            // Fisher–Yates.
+            for i in (1..round.len()).rev() {
+                round.swap(i, rng.below(i as u64 + 1) as usize);
+            }
+        }
+        let kind = round.pop().expect("refilled above");
+        let lasts = if kind.is_instant() {
+            Duration::ZERO
+        } else if kind == FaultKind::StallHolder {
+            // Past the session timeout, the point of this fault.
+            rng.between(t * 3 / 2, t * 5 / 2)
+        } else {
+            rng.between(t / 2, t * 5 / 2)
+        };
+        if at + lasts > duration {
+            break;
+        }
+        plan.push(Planned {
+            at,
+            kind,
+            lasts,
+            pick: rng.next_u64(),
+        });
+        at += rng.between(t / 4, t);
+    }
+    plan
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const T: Duration = Duration::from_secs(4);
+
+    #[test]
+    fn a_seed_repeats_its_schedule_and_another_seed_does_not() {
+        let a = schedule(7, &FaultKind::ALL, Duration::from_secs(300), T);
+        let b = schedule(7, &FaultKind::ALL, Duration::from_secs(300), T);
+        let c = schedule(8, &FaultKind::ALL, Duration::from_secs(300), T);
+        assert_eq!(a, b);
+        assert_ne!(a, c);
+    }
+
+    #[test]
+    fn every_chosen_kind_comes_once_per_round_and_everything_heals_by_the_end() {
+        let kinds = [
+            FaultKind::KillLeader,
+            FaultKind::StallHolder,
+            FaultKind::CutClient,
+        ];
+        let duration = Duration::from_secs(120);
+        let plan = schedule(1, &kinds, duration, T);
+        assert!(plan.len() >= 6, "{plan:?}");
+        let mut want = kinds.to_vec();
+        want.sort();
+        for round in plan.chunks(3).filter(|r| r.len() == 3) {
+            let mut seen: Vec<_> = round.iter().map(|p| p.kind).collect();
+            seen.sort();
+            assert_eq!(seen, want, "{plan:?}");
+        }
+        for p in &plan {
+            assert!(p.at + p.lasts <= duration, "{p:?}");
+            assert_eq!(p.kind.is_instant(), p.lasts.is_zero(), "{p:?}");
+            if p.kind == FaultKind::StallHolder {
+                assert!(p.lasts > T, "a stall shorter than the session: {p:?}");
+            }
+        }
+        assert!(plan.windows(2).all(|w| w[0].at < w[1].at));
+    }
+
+    #[test]
+    fn names_parse_back() {
+        for k in FaultKind::ALL {
+            assert_eq!(k.name().parse::<FaultKind>(), Ok(k));
+        }
+        assert!("kill-everything"
+            .parse::<FaultKind>()
+            .unwrap_err()
+            .contains("kill-leader"));
+    }
+}

@@ -1,0 +1,301 @@
+//! What a campaign records: every event, stamped on one clock, written as JSON lines.
+//!
+//! The clock is `CLOCK_MONOTONIC`, which every process of the machine reads alike: each
+//! contender process stamps its own events when they happen (not when the campaign reads
+//! them from its pipe), so the campaign and the contenders share one time line.
+
+use std::io::{self, BufRead, Write};
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use super::FaultKind;
+
+/// Microseconds on `CLOCK_MONOTONIC`, the one clock of a campaign and its contenders.
+pub(crate) fn monotonic_us() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime(2) writes only the timespec we own; CLOCK_MONOTONIC always exists.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000 + ts.tv_nsec as u64 / 1_000
+}
+
+/// One recorded event, with its time.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Record {
+    /// Microseconds since the campaign started.
+    pub t_us: u64,
+    /// What happened.
+    #[serde(flatten)]
+    pub event: Event,
+}
+
+/// Everything a campaign records. Clients are numbered `0..clients`; a contender process that
+/// was killed and started again keeps its number.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "kebab-case")]
+pub enum Event {
+    /// The first record: the settings the rest of the history was made with.
+    Campaign {
+        /// The seed of the fault schedule.
+        seed: u64,
+        /// How long faults were injected.
+        #[serde(default)]
+        duration_ms: u64,
+        /// Servers in the ensemble.
+        nodes: usize,
+        /// Contender processes.
+        clients: usize,
+        /// The contenders' session timeout.
+        session_timeout_ms: u64,
+        /// The servers' tickTime.
+        tick_time_ms: u64,
+        /// The fault kinds chosen.
+        faults: Vec<FaultKind>,
+        /// The bound of the liveness check: a grant within this much fault-free time after
+        /// each heal.
+        grant_bound_ms: u64,
+    },
+    /// A contender process started (again).
+    ContenderStarted {
+        /// Its number.
+        client: usize,
+        /// Its process id.
+        pid: u32,
+    },
+    /// A contender's session is established (the first time, and after each reopening).
+    Connected {
+        /// The contender.
+        client: usize,
+        /// The ZooKeeper session id, in hex.
+        session: String,
+    },
+    /// A contender was granted the lock.
+    Granted {
+        /// The contender.
+        client: usize,
+        /// The fencing token of the grant.
+        token: u64,
+        /// The sequence number of its queue node.
+        sequence: i32,
+    },
+    /// A contender's acquire timed out (it queues again).
+    AcquireTimeout {
+        /// The contender.
+        client: usize,
+    },
+    /// A contender's acquire failed (it queues again).
+    AcquireFailed {
+        /// The contender.
+        client: usize,
+        /// The library's error.
+        error: String,
+    },
+    /// A contender could not expire its session when asked (`expire-session`): the fault
+    /// did nothing.
+    ExpiryFailed {
+        /// The contender.
+        client: usize,
+        /// Why.
+        error: String,
+    },
+    /// The lease told its holder it is lost.
+    Lost {
+        /// The holder.
+        client: usize,
+        /// The token of the lost grant.
+        token: u64,
+        /// The [`LossReason`](zkfence::LossReason), as printed.
+        reason: String,
+    },
+    /// The holder stops acting as holder and releases (recorded before the release is sent).
+    Released {
+        /// The holder.
+        client: usize,
+        /// The token of the grant.
+        token: u64,
+    },
+    /// The holder stops acting as holder and drops the lease (recorded before the drop).
+    Dropped {
+        /// The holder.
+        client: usize,
+        /// The token of the grant.
+        token: u64,
+    },
+    /// The register admitted a write (recorded by the register, in the order it decided).
+    WriteAccepted {
+        /// The writer.
+        client: usize,
+        /// The token the write carried.
+        token: u64,
+        /// The writer's sequence number of the write.
+        seq: u64,
+    },
+    /// The register's fence refused a write with an older token than one it had seen.
+    WriteRefused {
+        /// The writer.
+        client: usize,
+        /// The token the write carried.
+        token: u64,
+        /// The writer's sequence number of the write.
+        seq: u64,
+        /// The newest token the register had seen.
+        newest: u64,
+    },
+    /// A fault began (recorded before it is done).
+    FaultStarted {
+        /// Its number in the schedule.
+        fault: usize,
+        /// Its kind.
+        kind: FaultKind,
+        /// The contender it hurts, if any.
+        client: Option<usize>,
+        /// The server it hurts (index from 0), if any.
+        server: Option<usize>,
+    },
+    /// A fault was healed (recorded once it is: the server serves again, the proxy relays).
+    FaultHealed {
+        /// Its number in the schedule.
+        fault: usize,
+        /// Its kind.
+        kind: FaultKind,
+    },
+    /// A planned fault found no victim (no holder, no waiter, no leader at that moment).
+    FaultSkipped {
+        /// Its number in the schedule.
+        fault: usize,
+        /// Its kind.
+        kind: FaultKind,
+        /// Why.
+        why: String,
+    },
+    /// A contender process ended.
+    ContenderExited {
+        /// Its number.
+        client: usize,
+        /// How it ended.
+        status: String,
+    },
+    /// The last record: what was left once the campaign had stopped everything.
+    Finished {
+        /// Nodes still under the lock's path once every contender had stopped (and their
+        /// sessions had time to expire).
+        leftover_nodes: Vec<String>,
+        /// Server processes still alive after the ensemble was dropped.
+        servers_running: Vec<u32>,
+        /// Contender processes still alive at the end.
+        contenders_running: Vec<u32>,
+    },
+}
+
+impl Event {
+    /// The contender the event is about, if one.
+    pub fn client(&self) -> Option<usize> {
+        match *self {
+            Event::ContenderStarted { client, .. }
+            | Event::Connected { client, .. }
+            | Event::Granted { client, .. }
+            | Event::AcquireTimeout { client }
+            | Event::AcquireFailed { client, .. }
+            | Event::ExpiryFailed { client, .. }
+            | Event::Lost { client, .. }
+            | Event::Released { client, .. }
+            | Event::Dropped { client, .. }
+            | Event::WriteAccepted { client, .. }
+            | Event::WriteRefused { client, .. }
+            | Event::ContenderExited { client, .. } => Some(client),
+            Event::FaultStarted { client, .. } => client,
+            _ => None,
+        }
+    }
+}
+
+/// A record `ms` milliseconds after the start, for histories written by hand in tests.
+#[cfg(test)]
+pub(crate) fn at(ms: u64, event: Event) -> Record {
+    Record {
+        t_us: ms * 1_000,
+        event,
+    }
+}
+
+/// Writes `history` to `path`, one JSON object per line.
+pub fn write_jsonl(path: &Path, history: &[Record]) -> io::Result<()> {
+    let mut out = io::BufWriter::new(std::fs::File::create(path)?);
+    for r in history {
+        serde_json::to_writer(&mut out, r)?;
+        out.write_all(b"\n")?;
+    }
+    out.flush()
+}
+
+/// Reads a history written by [`write_jsonl`] (e.g. to check it again, or draw it again).
+///
+/// ```no_run
+/// # fn f() -> std::io::Result<()> {
+/// let history = zkfence_testcontainers::chaos::read_jsonl("chaos/history.jsonl".as_ref())?;
+/// let violations = zkfence_testcontainers::chaos::check(&history);
+/// println!("{} violations", violations.len());
+/// # Ok(()) }
+/// ```
+pub fn read_jsonl(path: &Path) -> io::Result<Vec<Record>> {
+    let file = io::BufReader::new(std::fs::File::open(path)?);
+    let mut history = Vec::new();
+    for (n, line) in file.lines().enumerate() {
+        let line = line?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        history.push(serde_json::from_str(&line).map_err(|e| {
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("{}:{}: {e}", path.display(), n + 1),
+            )
+        })?);
+    }
+    Ok(history)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_round_trip_as_one_flat_json_object() {
+        let r = Record {
+            t_us: 1_500_000,
+            event: Event::Granted {
+                client: 2,
+                token: 0x1_0000_0004,
+                sequence: 7,
+            },
+        };
+        let line = serde_json::to_string(&r).unwrap();
+        assert_eq!(
+            line,
+            r#"{"t_us":1500000,"event":"granted","client":2,"token":4294967300,"sequence":7}"#
+        );
+        assert_eq!(serde_json::from_str::<Record>(&line).unwrap(), r);
+        let fault = Record {
+            t_us: 3,
+            event: Event::FaultStarted {
+                fault: 0,
+                kind: FaultKind::StallHolder,
+                client: Some(1),
+                server: None,
+            },
+        };
+        let line = serde_json::to_string(&fault).unwrap();
+        assert!(line.contains(r#""kind":"stall-holder""#), "{line}");
+        assert_eq!(serde_json::from_str::<Record>(&line).unwrap(), fault);
+    }
+
+    #[test]
+    fn the_clock_is_monotonic() {
+        let a = monotonic_us();
+        let b = monotonic_us();
+        assert!(a > 0 && b >= a);
+    }
+}

@@ -1,0 +1,860 @@
+//! `zkfence chaos`: a randomized fault campaign against a throwaway ensemble, a checker over
+//! its whole history, and a picture of it (feature `chaos`).
+//!
+//! [`run`] starts an ensemble, a register guarded by a [`Fence`](zkfence::Fence), and
+//! `clients` contender processes, each with its own zkfence session through its own
+//! [`FaultProxy`], all contending for one lock. Each loops: acquire with a
+//! timeout, write (token, client, sequence) to the register, hold for a random time with
+//! more writes, release or drop. Meanwhile faults from a seeded schedule (see [`FaultKind`])
+//! start and heal, one or more at a time. Every grant, loss, release, write decision and
+//! fault is recorded on one clock; at the end [`check`] looks for violations (its docs list
+//! the rules), and the history is written as JSON lines and drawn as an SVG timeline.
+//!
+//! The contenders are real processes (a stalled or killed holder is a real one), started
+//! from [`ChaosConfig::contender`]: a program that calls [`contender_main`] when started
+//! with [`CONTENDER_MODE`], such as the `zkfence` CLI.
+//!
+//! ```no_run
+//! # async fn f() -> Result<(), zkfence_testcontainers::HarnessError> {
+//! use std::time::Duration;
+//! use zkfence_testcontainers::chaos::{self, ChaosConfig};
+//!
+//! let mut config = ChaosConfig::new("/usr/local/bin/zkfence", vec![chaos::CONTENDER_MODE.into()]);
+//! config.duration = Duration::from_secs(60);
+//! config.seed = 42;
+//! let report = chaos::run(config).await?;
+//! println!("{}", report.summary());
+//! for v in &report.violations {
+//!     eprintln!("{v}");
+//! }
+//! # Ok(()) }
+//! ```
+
+mod check;
+mod contender;
+mod faults;
+mod history;
+mod register;
+mod timeline;
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::process::{Child, ChildStdin, Command};
+use tokio::sync::watch;
+use tokio::time::Instant;
+use zkfence::{Session, SessionOptions};
+
+use crate::{Ensemble, FaultProxy, HarnessError};
+pub use check::{check, holds, Hold, Rule, Violation};
+pub use contender::contender_main;
+use contender::ContenderConfig;
+pub use faults::FaultKind;
+use faults::{Planned, Rng};
+pub use history::{read_jsonl, write_jsonl, Event, Record};
+use register::RegisterServer;
+pub use timeline::{draw, draw_window};
+
+/// The first argument that makes a program run [`contender_main`] (the `zkfence` CLI's
+/// hidden contender mode).
+pub const CONTENDER_MODE: &str = "__zkfence-chaos-contender";
+
+/// The lock every contender takes.
+const LOCK_PATH: &str = "/zkfence-chaos/lock";
+
+/// The settings of a campaign. [`ChaosConfig::new`] gives the defaults; set the fields.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct ChaosConfig {
+    /// How long faults are injected (the campaign then heals everything, waits for a grant
+    /// and stops). Default 60 s.
+    pub duration: Duration,
+    /// The seed of the fault schedule and of the contenders' random holds. Default 1.
+    pub seed: u64,
+    /// The fault kinds to inject. Default: all of them.
+    pub faults: Vec<FaultKind>,
+    /// Servers: 3 or 5 (default 3).
+    pub nodes: usize,
+    /// Contender processes (default 5).
+    pub clients: usize,
+    /// The contenders' session timeout (default 4 s).
+    pub session_timeout: Duration,
+    /// The servers' tickTime (default 200 ms).
+    pub tick_time: Duration,
+    /// Where the history (`history.jsonl`), the timeline (`timeline.svg`) and the
+    /// contenders' logs go; created if missing. Default `zkfence-chaos`.
+    pub out_dir: PathBuf,
+    /// The program to run as a contender, and its arguments (the contender's configuration
+    /// is appended as one more).
+    pub contender: (PathBuf, Vec<String>),
+}
+
+impl ChaosConfig {
+    /// The defaults, with contenders started as `program args... CONFIG`.
+    pub fn new(program: impl Into<PathBuf>, args: Vec<String>) -> ChaosConfig {
+        ChaosConfig {
+            duration: Duration::from_secs(60),
+            seed: 1,
+            faults: FaultKind::ALL.to_vec(),
+            nodes: 3,
+            clients: 5,
+            session_timeout: Duration::from_secs(4),
+            tick_time: Duration::from_millis(200),
+            out_dir: PathBuf::from("zkfence-chaos"),
+            contender: (program.into(), args),
+        }
+    }
+
+    /// The longest a hold lasts when nothing goes wrong: half a session timeout.
+    fn max_hold(&self) -> Duration {
+        self.session_timeout / 2
+    }
+
+    /// The bound of the progress rule: after a heal, someone is granted within this much
+    /// fault-free time. The slowest recovery it covers: a holder's session has to expire
+    /// (`T`, once the leader's expiry tick comes), the waiters' clients have to notice a
+    /// dead server and reconnect (up to `T` more), a reopened session queues at the back,
+    /// behind holds of up to `T/2` each; `4T + 10 s` leaves room for a loaded machine.
+    pub fn grant_bound(&self) -> Duration {
+        self.session_timeout * 4 + Duration::from_secs(10)
+    }
+
+    /// Checks that the settings can work: 1, 3 or 5 nodes (server faults need 3), at least
+    /// 2 clients, a session timeout within 2 and 20 tickTimes (ZooKeeper's clamp).
+    ///
+    /// # Notable errors
+    /// [`HarnessError::InvalidConfig`] saying which setting is wrong.
+    ///
+    /// ```
+    /// use zkfence_testcontainers::chaos::ChaosConfig;
+    /// let mut config = ChaosConfig::new("zkfence", vec![]);
+    /// assert!(config.validate().is_ok());
+    /// config.nodes = 4;
+    /// assert!(config.validate().is_err());
+    /// ```
+    pub fn validate(&self) -> Result<(), HarnessError> {
+        let bad = |what: String| Err(HarnessError::InvalidConfig(what));
+        if !matches!(self.nodes, 1 | 3 | 5) {
+            return bad(format!("nodes must be 1, 3 or 5, not {}", self.nodes));
+        }
+        if self.clients < 2 {
+            return bad(format!(
+                "at least 2 clients are needed to contend, not {}",
+                self.clients
+            ));
+        }
+        if self.session_timeout < self.tick_time * 2 || self.session_timeout > self.tick_time * 20 {
+            return bad(format!(
+                "the session timeout ({:?}) must be within 2 and 20 tickTimes ({:?} to {:?}), \
+                 as ZooKeeper clamps it",
+                self.session_timeout,
+                self.tick_time * 2,
+                self.tick_time * 20
+            ));
+        }
+        if self.nodes == 1 && self.faults.iter().any(|k| k.hurts_a_server()) {
+            return bad("server faults need at least 3 nodes".into());
+        }
+        Ok(())
+    }
+}
+
+/// What a campaign did and found.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct Report {
+    /// The settings' seed.
+    pub seed: u64,
+    /// How long faults were injected.
+    pub duration: Duration,
+    /// The whole history, in time order.
+    pub history: Vec<Record>,
+    /// What [`check`] found: empty for a clean run.
+    pub violations: Vec<Violation>,
+    /// Where the history was written.
+    pub history_path: PathBuf,
+    /// Where the timeline was drawn.
+    pub timeline_path: PathBuf,
+}
+
+impl Report {
+    /// Grants in the history.
+    pub fn grants(&self) -> usize {
+        self.count(|e| matches!(e, Event::Granted { .. }))
+    }
+
+    /// Writes the register accepted.
+    pub fn accepted_writes(&self) -> usize {
+        self.count(|e| matches!(e, Event::WriteAccepted { .. }))
+    }
+
+    /// Late writes the register's fence refused.
+    pub fn refused_writes(&self) -> usize {
+        self.count(|e| matches!(e, Event::WriteRefused { .. }))
+    }
+
+    /// Faults started, by kind.
+    pub fn faults(&self) -> BTreeMap<FaultKind, usize> {
+        let mut by_kind = BTreeMap::new();
+        for r in &self.history {
+            if let Event::FaultStarted { kind, .. } = r.event {
+                *by_kind.entry(kind).or_insert(0) += 1;
+            }
+        }
+        by_kind
+    }
+
+    /// Planned faults that found no victim.
+    pub fn skipped_faults(&self) -> usize {
+        self.count(|e| matches!(e, Event::FaultSkipped { .. }))
+    }
+
+    fn count(&self, f: impl Fn(&Event) -> bool) -> usize {
+        self.history.iter().filter(|r| f(&r.event)).count()
+    }
+
+    /// The one-line summary, e.g. `zkfence chaos: seed 7, 60s: 41 grants, 97 writes
+    /// accepted, 3 late writes refused, 14 faults (kill-leader 2, ...), 0 skipped, 0
+    /// violations`.
+    pub fn summary(&self) -> String {
+        let faults = self.faults();
+        let total: usize = faults.values().sum();
+        let kinds: Vec<String> = faults.iter().map(|(k, n)| format!("{k} {n}")).collect();
+        format!(
+            "zkfence chaos: seed {}, {}s: {} grants, {} writes accepted, {} late writes \
+             refused, {} faults ({}), {} skipped, {} violations",
+            self.seed,
+            self.duration.as_secs(),
+            self.grants(),
+            self.accepted_writes(),
+            self.refused_writes(),
+            total,
+            kinds.join(", "),
+            self.skipped_faults(),
+            self.violations.len()
+        )
+    }
+}
+
+/// Appends events to the campaign's history, stamped on the campaign's clock.
+#[derive(Clone)]
+pub(crate) struct Recorder {
+    origin_us: u64,
+    history: Arc<Mutex<Vec<Record>>>,
+}
+
+impl Recorder {
+    fn new() -> Recorder {
+        Recorder {
+            origin_us: history::monotonic_us(),
+            history: Arc::new(Mutex::new(Vec::new())),
+        }
+    }
+
+    pub(crate) fn record(&self, event: Event) {
+        let t_us = history::monotonic_us().saturating_sub(self.origin_us);
+        self.history.lock().unwrap().push(Record { t_us, event });
+    }
+
+    fn push(&self, record: Record) {
+        self.history.lock().unwrap().push(record);
+    }
+
+    fn now(&self) -> Duration {
+        Duration::from_micros(history::monotonic_us().saturating_sub(self.origin_us))
+    }
+
+    /// The history so far, in time order.
+    fn snapshot(&self) -> Vec<Record> {
+        let mut h = self.history.lock().unwrap().clone();
+        h.sort_by_key(|r| r.t_us);
+        h
+    }
+}
+
+/// One contender's process, as the campaign drives it.
+struct Slot {
+    pid: u32,
+    stdin: Option<ChildStdin>,
+    exited: watch::Receiver<bool>,
+}
+
+/// What the campaign shares with its fault tasks.
+struct Campaign {
+    config: ChaosConfig,
+    zk: Arc<Ensemble>,
+    proxies: Vec<FaultProxy>,
+    admin: Session,
+    register: RegisterServer,
+    recorder: Recorder,
+    slots: Mutex<Vec<Option<Slot>>>,
+    /// The token each contender holds now, as its events say.
+    holding: Arc<Mutex<Vec<Option<u64>>>>,
+    busy_clients: Mutex<HashSet<usize>>,
+    busy_servers: Mutex<HashSet<usize>>,
+}
+
+/// Runs a campaign (see the module docs) and returns its report; the violations are in
+/// [`Report::violations`], not an error.
+///
+/// # Cancel safety
+/// Not cancel safe: dropped midway, it leaves contender processes behind until their
+/// standard input closes (they then stop), and no history is written. The ensemble is
+/// removed as always.
+///
+/// # Notable errors
+/// - [`HarnessError::InvalidConfig`] for settings that cannot work (see [`ChaosConfig`]).
+/// - The ensemble's errors if it cannot start, and [`HarnessError::Io`] if a contender
+///   cannot be started or the output cannot be written.
+pub async fn run(config: ChaosConfig) -> Result<Report, HarnessError> {
+    config.validate()?;
+    std::fs::create_dir_all(&config.out_dir)?;
+    let t = config.session_timeout;
+    let zk = Ensemble::builder()
+        .nodes(config.nodes)
+        .tick_time(config.tick_time)
+        .max_session_timeout(t.max(config.tick_time * 20))
+        .peer_links(config.faults.contains(&FaultKind::IsolateServer))
+        .start()
+        .await?;
+    let recorder = Recorder::new();
+    recorder.record(Event::Campaign {
+        seed: config.seed,
+        duration_ms: config.duration.as_millis() as u64,
+        nodes: config.nodes,
+        clients: config.clients,
+        session_timeout_ms: t.as_millis() as u64,
+        tick_time_ms: config.tick_time.as_millis() as u64,
+        faults: config.faults.clone(),
+        grant_bound_ms: config.grant_bound().as_millis() as u64,
+    });
+    let mut proxies = Vec::with_capacity(config.clients);
+    for _ in 0..config.clients {
+        proxies.push(zk.proxy().await?);
+    }
+    let admin = Session::connect(
+        &zk.connect_string(),
+        SessionOptions::new().session_timeout(config.tick_time * 20),
+    )
+    .await
+    .map_err(|e| HarnessError::InvalidConfig(format!("cannot connect to the ensemble: {e}")))?;
+    let register = RegisterServer::start(recorder.clone()).await?;
+    let campaign = Arc::new(Campaign {
+        zk: Arc::new(zk),
+        proxies,
+        admin,
+        register,
+        recorder: recorder.clone(),
+        slots: Mutex::new((0..config.clients).map(|_| None).collect()),
+        holding: Arc::new(Mutex::new(vec![None; config.clients])),
+        busy_clients: Mutex::new(HashSet::new()),
+        busy_servers: Mutex::new(HashSet::new()),
+        config,
+    });
+    for client in 0..campaign.config.clients {
+        campaign.spawn_contender(client)?;
+    }
+    tracing::info!(seed = campaign.config.seed, "chaos campaign started");
+
+    let plan = faults::schedule(
+        campaign.config.seed,
+        &campaign.config.faults,
+        campaign.config.duration,
+        t,
+    );
+    let mut tasks = tokio::task::JoinSet::new();
+    for (id, planned) in plan.into_iter().enumerate() {
+        let wait = planned.at.saturating_sub(recorder.now());
+        tokio::time::sleep(wait).await;
+        let c = campaign.clone();
+        tasks.spawn(async move { c.inject(id, planned).await });
+    }
+    while tasks.join_next().await.is_some() {}
+    let wait = campaign.config.duration.saturating_sub(recorder.now());
+    tokio::time::sleep(wait).await;
+    campaign.until_a_grant_after_the_last_heal().await;
+
+    let campaign = Arc::into_inner(campaign).expect("every fault task has ended");
+    let report = campaign.finish().await?;
+    Ok(report)
+}
+
+impl Campaign {
+    /// Starts contender `client` (again), with a task that forwards its events and one that
+    /// records its end.
+    fn spawn_contender(&self, client: usize) -> Result<(), HarnessError> {
+        let c = &self.config;
+        let contender = ContenderConfig {
+            client,
+            connect: self.proxies[client].connect_string(),
+            direct: self.zk.connect_string(),
+            lock_path: LOCK_PATH.into(),
+            register: self.register.addr(),
+            session_timeout_ms: c.session_timeout.as_millis() as u64,
+            seed: c.seed,
+            max_hold_ms: c.max_hold().as_millis() as u64,
+            origin_us: self.recorder.origin_us,
+        };
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(c.out_dir.join(format!("contender-{client}.log")))?;
+        let mut child: Child = Command::new(&c.contender.0)
+            .args(&c.contender.1)
+            .arg(serde_json::to_string(&contender).expect("configs serialize"))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(log)
+            .kill_on_drop(true)
+            .spawn()?;
+        let pid = child.id().unwrap_or(0);
+        self.recorder
+            .record(Event::ContenderStarted { client, pid });
+        let stdout = child.stdout.take().expect("piped");
+        let stdin = child.stdin.take();
+        let (exited_tx, exited) = watch::channel(false);
+        let (recorder, holding) = (self.recorder.clone(), self.holding.clone());
+        tokio::spawn(async move {
+            let mut lines = BufReader::new(stdout).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                match serde_json::from_str::<Record>(&line) {
+                    Ok(record) => {
+                        note_holding(&holding, &record.event);
+                        recorder.push(record);
+                    }
+                    Err(e) => tracing::warn!(client, %line, %e, "chaos: not an event"),
+                }
+            }
+            // Stdout closed: the process is ending.
+            let status = match child.wait().await {
+                Ok(s) => s.to_string(),
+                Err(e) => format!("unknown: {e}"),
+            };
+            holding.lock().unwrap()[client] = None;
+            recorder.record(Event::ContenderExited { client, status });
+            let _ = exited_tx.send(true);
+        });
+        self.slots.lock().unwrap()[client] = Some(Slot { pid, stdin, exited });
+        Ok(())
+    }
+
+    /// Starts one planned fault, waits its time, heals it.
+    async fn inject(&self, id: usize, p: Planned) {
+        let mut rng = Rng::new(p.pick);
+        if p.kind.hurts_a_server() {
+            // A minority of the servers at most, so that a quorum remains.
+            let budget = (self.config.nodes - 1) / 2;
+            let deadline = Instant::now() + self.config.session_timeout * 4;
+            while self.busy_servers.lock().unwrap().len() >= budget {
+                if Instant::now() > deadline {
+                    return self.skip(id, p.kind, "other servers were hurt meanwhile");
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+        let started = |client: Option<usize>, server: Option<usize>| {
+            tracing::info!(fault = id, kind = %p.kind, ?client, ?server, lasts = ?p.lasts, "chaos: fault");
+            self.recorder.record(Event::FaultStarted {
+                fault: id,
+                kind: p.kind,
+                client,
+                server,
+            })
+        };
+        let healed = || {
+            self.recorder.record(Event::FaultHealed {
+                fault: id,
+                kind: p.kind,
+            })
+        };
+        match p.kind {
+            FaultKind::KillLeader
+            | FaultKind::KillFollower
+            | FaultKind::PauseServer
+            | FaultKind::IsolateServer => {
+                let Some(server) = self.pick_server(p.kind, &mut rng).await else {
+                    return self.skip(id, p.kind, "no server fits (no leader?)");
+                };
+                started(None, Some(server));
+                let zk = self.zk.clone();
+                let kind = p.kind;
+                let _ = tokio::task::spawn_blocking(move || match kind {
+                    FaultKind::PauseServer => zk.pause(server),
+                    FaultKind::IsolateServer => zk.isolate(server),
+                    _ => zk.kill(server),
+                })
+                .await;
+                tokio::time::sleep(p.lasts).await;
+                match p.kind {
+                    FaultKind::PauseServer => self.zk.resume(server),
+                    FaultKind::IsolateServer => self.zk.heal_peers(server),
+                    _ => {
+                        if let Err(e) = self.zk.start(server).await {
+                            tracing::error!(server, %e, "chaos: a killed server did not start again");
+                        }
+                    }
+                }
+                healed();
+                self.busy_servers.lock().unwrap().remove(&server);
+            }
+            FaultKind::DeleteWaiter => {
+                // Recorded first, like every fault: the deletion may be seen at once.
+                started(None, None);
+                match self.delete_a_waiter(&mut rng).await {
+                    Some(node) => tracing::info!(%node, "chaos: deleted a waiter's node"),
+                    None => tracing::info!("chaos: no waiter's node to delete"),
+                }
+                healed();
+            }
+            _ => {
+                let Some(client) = self.pick_client(p.kind, &mut rng).await else {
+                    return self.skip(id, p.kind, "no contender fits (no holder)");
+                };
+                started(Some(client), None);
+                let proxy = &self.proxies[client];
+                match p.kind {
+                    FaultKind::BlackholeClient => {
+                        proxy.blackhole();
+                        tokio::time::sleep(p.lasts).await;
+                        proxy.heal();
+                    }
+                    FaultKind::CutClient => proxy.cut(),
+                    FaultKind::StallHolder => {
+                        self.signal(client, libc::SIGSTOP);
+                        tokio::time::sleep(p.lasts).await;
+                        self.signal(client, libc::SIGCONT);
+                    }
+                    FaultKind::KillClient => {
+                        self.signal(client, libc::SIGKILL);
+                        self.wait_exited(client).await;
+                        tokio::time::sleep(p.lasts).await;
+                        if let Err(e) = self.spawn_contender(client) {
+                            tracing::error!(client, %e, "chaos: cannot start a contender again");
+                        }
+                    }
+                    FaultKind::ExpireSession => self.command(client, "expire").await,
+                    _ => unreachable!("server kinds are handled above"),
+                }
+                healed();
+                self.busy_clients.lock().unwrap().remove(&client);
+            }
+        }
+    }
+
+    fn skip(&self, id: usize, kind: FaultKind, why: &str) {
+        tracing::info!(fault = id, %kind, why, "chaos: fault skipped");
+        self.recorder.record(Event::FaultSkipped {
+            fault: id,
+            kind,
+            why: why.into(),
+        });
+    }
+
+    /// A server for `kind`, marked busy: the leader, a follower, or any (half of the time the
+    /// leader, for an isolation).
+    async fn pick_server(&self, kind: FaultKind, rng: &mut Rng) -> Option<usize> {
+        let leader = self.zk.leader().await;
+        let mut busy = self.busy_servers.lock().unwrap();
+        let free: Vec<usize> = (0..self.config.nodes)
+            .filter(|i| !busy.contains(i) && self.zk.is_running(*i))
+            .collect();
+        let followers: Vec<usize> = free
+            .iter()
+            .copied()
+            .filter(|&i| Some(i) != leader)
+            .collect();
+        let chosen = match kind {
+            FaultKind::KillLeader => leader.filter(|l| free.contains(l)),
+            FaultKind::KillFollower => pick(&followers, rng),
+            FaultKind::IsolateServer if rng.percent(50) => leader.filter(|l| free.contains(l)),
+            _ => pick(&free, rng),
+        }?;
+        busy.insert(chosen);
+        Some(chosen)
+    }
+
+    /// A contender for `kind`, marked busy: the holder (always for a stall, half of the time
+    /// otherwise) or any other. Waits up to a session timeout for a holder to stall.
+    async fn pick_client(&self, kind: FaultKind, rng: &mut Rng) -> Option<usize> {
+        let deadline = Instant::now() + self.config.session_timeout;
+        let want_holder = kind == FaultKind::StallHolder || rng.percent(50);
+        loop {
+            if let Some(c) = self.try_pick_client(want_holder, rng) {
+                return Some(c);
+            }
+            if kind != FaultKind::StallHolder {
+                // No free holder: anyone else will do.
+                return self.try_pick_client(false, rng);
+            }
+            if Instant::now() > deadline {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    fn try_pick_client(&self, want_holder: bool, rng: &mut Rng) -> Option<usize> {
+        let holding: Vec<bool> = self
+            .holding
+            .lock()
+            .unwrap()
+            .iter()
+            .map(Option::is_some)
+            .collect();
+        let alive: Vec<bool> = self
+            .slots
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|s| s.as_ref().is_some_and(|s| !*s.exited.borrow()))
+            .collect();
+        let mut busy = self.busy_clients.lock().unwrap();
+        let free: Vec<usize> = (0..self.config.clients)
+            .filter(|&c| !busy.contains(&c) && alive[c] && (holding[c] || !want_holder))
+            .collect();
+        let chosen = pick(&free, rng)?;
+        busy.insert(chosen);
+        Some(chosen)
+    }
+
+    /// Deletes one waiter's node (never the holder's: the holder would learn of it only
+    /// after the next waiter was granted, which no lock can prevent). Returns its path.
+    async fn delete_a_waiter(&self, rng: &mut Rng) -> Option<String> {
+        let client = self.admin.client();
+        let step = self.config.session_timeout;
+        let mut children = tokio::time::timeout(step, client.list_children(LOCK_PATH))
+            .await
+            .ok()?
+            .ok()?;
+        children.sort_by_key(|name| sequence_of(name));
+        if children.len() < 2 {
+            return None;
+        }
+        let victim = &children[1 + rng.below(children.len() as u64 - 1) as usize];
+        let path = format!("{LOCK_PATH}/{victim}");
+        // Only while the holder's node still exists: else the victim may hold the lock by now.
+        let mut multi = client.new_multi_writer();
+        multi
+            .add_check_version(&format!("{LOCK_PATH}/{}", children[0]), -1)
+            .ok()?;
+        multi.add_delete(&path, None).ok()?;
+        tokio::time::timeout(step, multi.commit())
+            .await
+            .ok()?
+            .ok()?;
+        Some(path)
+    }
+
+    fn signal(&self, client: usize, sig: i32) {
+        if let Some(slot) = &self.slots.lock().unwrap()[client] {
+            if !*slot.exited.borrow() {
+                // SAFETY: kill(2) on our own child, which is not reaped while `exited` is
+                // false (the pid cannot have been reused).
+                unsafe { libc::kill(slot.pid as i32, sig) };
+            }
+        }
+    }
+
+    async fn wait_exited(&self, client: usize) {
+        let exited = self.slots.lock().unwrap()[client]
+            .as_ref()
+            .map(|s| s.exited.clone());
+        if let Some(mut exited) = exited {
+            let _ = exited.wait_for(|&e| e).await;
+        }
+    }
+
+    async fn command(&self, client: usize, line: &str) {
+        let stdin = self.slots.lock().unwrap()[client]
+            .as_mut()
+            .and_then(|s| s.stdin.take());
+        if let Some(mut stdin) = stdin {
+            let _ = stdin.write_all(format!("{line}\n").as_bytes()).await;
+            if let Some(slot) = self.slots.lock().unwrap()[client].as_mut() {
+                slot.stdin = Some(stdin);
+            }
+        }
+    }
+
+    /// After the last fault: waits (up to the progress bound) for a grant after the last
+    /// heal, so that the progress rule can be decided for it.
+    async fn until_a_grant_after_the_last_heal(&self) {
+        let last_heal = self
+            .recorder
+            .snapshot()
+            .iter()
+            .filter(|r| matches!(r.event, Event::FaultHealed { .. }))
+            .map(|r| r.t_us)
+            .max()
+            .unwrap_or(0);
+        let deadline = Instant::now() + self.config.grant_bound() + Duration::from_secs(1);
+        while Instant::now() < deadline {
+            let granted = self
+                .recorder
+                .snapshot()
+                .iter()
+                .any(|r| r.t_us >= last_heal && matches!(r.event, Event::Granted { .. }));
+            if granted {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Stops the contenders, looks for leftovers, stops the ensemble, checks, writes.
+    async fn finish(self) -> Result<Report, HarnessError> {
+        let t = self.config.session_timeout;
+        // End of input: each contender releases what it holds and closes its session.
+        let waits: Vec<_> = {
+            let mut slots = self.slots.lock().unwrap();
+            slots
+                .iter_mut()
+                .flatten()
+                .map(|s| {
+                    s.stdin = None;
+                    (s.pid, s.exited.clone())
+                })
+                .collect()
+        };
+        let mut contenders_running = Vec::new();
+        for (pid, mut exited) in waits {
+            let ended =
+                tokio::time::timeout(t * 2 + Duration::from_secs(5), exited.wait_for(|&e| e));
+            if ended.await.is_err() {
+                tracing::warn!(pid, "chaos: a contender did not stop; killing it");
+                // SAFETY: kill(2) on our own unreaped child.
+                unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+                let _ = tokio::time::timeout(Duration::from_secs(5), exited.wait_for(|&e| e)).await;
+                contenders_running.push(pid);
+            }
+        }
+        // A killed contender's session lingers until it expires: give it that long.
+        let client = self.admin.client();
+        let deadline = Instant::now() + t * 2 + Duration::from_secs(5);
+        let leftover_nodes = loop {
+            let left = match client.list_children(LOCK_PATH).await {
+                Ok(children) => children,
+                Err(zkfence::zookeeper_client::Error::NoNode) => Vec::new(),
+                Err(e) => vec![format!("(cannot list {LOCK_PATH}: {e})")],
+            };
+            if left.is_empty() || Instant::now() > deadline {
+                break left
+                    .into_iter()
+                    .map(|c| format!("{LOCK_PATH}/{c}"))
+                    .collect::<Vec<_>>();
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        };
+        drop(client);
+        self.admin.close().await;
+        let server_pids: Vec<u32> = (0..self.config.nodes)
+            .filter_map(|i| self.zk.pid(i))
+            .collect();
+        drop(self.proxies);
+        drop(self.register);
+        let zk = Arc::into_inner(self.zk).expect("no fault task holds the ensemble");
+        drop(zk);
+        let servers_running: Vec<u32> = server_pids.into_iter().filter(|&p| alive(p)).collect();
+        self.recorder.record(Event::Finished {
+            leftover_nodes,
+            servers_running,
+            contenders_running,
+        });
+
+        let history = self.recorder.snapshot();
+        let violations = check(&history);
+        let history_path = self.config.out_dir.join("history.jsonl");
+        let timeline_path = self.config.out_dir.join("timeline.svg");
+        write_jsonl(&history_path, &history)?;
+        draw(&history, &violations, &timeline_path)?;
+        Ok(Report {
+            seed: self.config.seed,
+            duration: self.config.duration,
+            history,
+            violations,
+            history_path,
+            timeline_path,
+        })
+    }
+}
+
+/// Checks a history written by an earlier campaign again, and draws its timeline again at
+/// `timeline_path`, of the seconds `window` only if given (see [`draw_window`]). A history
+/// is the whole evidence: the rules and the picture can be applied to it later, e.g. after
+/// the checker learned a new rule.
+///
+/// ```no_run
+/// # fn f() -> std::io::Result<()> {
+/// let history = "zkfence-chaos/history.jsonl".as_ref();
+/// let report = zkfence_testcontainers::chaos::recheck(history, "again.svg".as_ref(), None)?;
+/// println!("{}", report.summary());
+/// # Ok(()) }
+/// ```
+///
+/// # Notable errors
+/// An [`io::Error`](std::io::Error) if the history cannot be read or parsed (the message
+/// names the line), the window is empty, or the picture cannot be written.
+pub fn recheck(
+    history_path: &Path,
+    timeline_path: &Path,
+    window: Option<(Duration, Duration)>,
+) -> std::io::Result<Report> {
+    let mut history = read_jsonl(history_path)?;
+    history.sort_by_key(|r| r.t_us);
+    let (seed, duration_ms) = history
+        .iter()
+        .find_map(|r| match r.event {
+            Event::Campaign {
+                seed, duration_ms, ..
+            } => Some((seed, duration_ms)),
+            _ => None,
+        })
+        .unwrap_or_default();
+    let violations = check(&history);
+    if let Some(dir) = timeline_path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)?;
+    }
+    draw_window(&history, &violations, timeline_path, window)?;
+    Ok(Report {
+        seed,
+        duration: Duration::from_millis(duration_ms),
+        history,
+        violations,
+        history_path: history_path.to_path_buf(),
+        timeline_path: timeline_path.to_path_buf(),
+    })
+}
+
+/// Keeps `holding` in step with a contender's events.
+fn note_holding(holding: &Mutex<Vec<Option<u64>>>, event: &Event) {
+    let mut holding = holding.lock().unwrap();
+    match *event {
+        Event::Granted { client, token, .. } => holding[client] = Some(token),
+        Event::Lost { client, .. }
+        | Event::Released { client, .. }
+        | Event::Dropped { client, .. } => holding[client] = None,
+        _ => {}
+    }
+}
+
+fn pick(from: &[usize], rng: &mut Rng) -> Option<usize> {
+    (!from.is_empty()).then(|| from[rng.below(from.len() as u64) as usize])
+}
+
+/// The queue sequence at the end of a node's name (`..-lock-0000000042`); unknown names
+/// sort last.
+fn sequence_of(name: &str) -> i64 {
+    let digits = name.len() - name.trim_end_matches(|c: char| c.is_ascii_digit()).len();
+    name[name.len() - digits..].parse().unwrap_or(i64::MAX)
+}
+
+/// Whether process `pid` exists (and is not a zombie we could reap: the ensemble reaps its
+/// servers).
+fn alive(pid: u32) -> bool {
+    // SAFETY: signal 0 only checks for existence.
+    unsafe { libc::kill(pid as i32, 0) == 0 }
+}
