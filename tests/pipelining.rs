@@ -14,9 +14,9 @@ use zkfence::zookeeper_client as zk;
 use zkfence::{Session, SessionOptions};
 use zkfence_testcontainers::{Ensemble, FaultProxy};
 
-/// Long enough that neither the lease clock's keepalive (T/6) nor the client's ping falls in
-/// the few seconds a test holds the answers.
-const T: Duration = Duration::from_secs(60);
+/// Long enough that neither the lease clock's keepalive (T/6: 30 s) nor the client's ping
+/// falls in the seconds the test runs, even on a loaded machine.
+const T: Duration = Duration::from_secs(180);
 const CONTAINER_CHECK: Duration = Duration::from_millis(100);
 
 async fn ensemble() -> Ensemble {
@@ -131,7 +131,16 @@ async fn an_acquire_sends_its_listing_behind_its_create_and_the_directory_in_fro
     // A hot lock: its directory exists and was just used, so no directory create, and the
     // listing goes right behind the node's create.
     let hot = format!("{parent}/hot");
-    drop(session.lock(&hot).acquire().await.unwrap());
+    // Released and answered before counting: a dropped lease deletes its node in the
+    // background, and that delete would be counted as ours.
+    session
+        .lock(&hot)
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
     let (requests, last) = sent_before_any_answer(&zk, &proxy, &session, &hot, 2).await;
     assert_eq!(
         (requests, last.as_deref()),

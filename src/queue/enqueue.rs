@@ -117,10 +117,16 @@ async fn cleanup(
             Ok(Some(created)) => Some(created.path),
             Ok(None) => {
                 // Unless the connection broke in between and the create commits late: look
-                // once more, later, in the background, so no orphan outlives this.
-                let (shared, dir, marker) = (shared.clone(), dir.clone(), marker.clone());
+                // once more, later, in the background, so no orphan outlives this. It holds
+                // the session weakly: a session closed or dropped meanwhile takes any such
+                // node with it, and `Session::close` must not wait for this look.
+                let (weak, wait) = (Arc::downgrade(&shared), shared.session_timeout / 2);
+                let (dir, marker) = (dir.clone(), marker.clone());
                 crate::session::spawn_detached(async move {
-                    tokio::time::sleep(shared.session_timeout / 2).await;
+                    tokio::time::sleep(wait).await;
+                    let Some(shared) = weak.upgrade() else {
+                        return;
+                    };
                     if let Ok(Some(created)) = find_own(&shared, &dir, &marker).await {
                         tracing::warn!(node = %created.path, "deleting a late-committed node of a cancelled acquire");
                         let _ = shared.delete_until_gone(&created.path).await;
