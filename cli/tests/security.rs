@@ -9,29 +9,15 @@ mod process;
 use std::time::Duration;
 
 use common::unique_path;
-use process::zkfence;
+use process::{zkfence, Ran};
 use tokio::process::Command;
 use zkfence::{Session, SessionOptions};
 use zkfence_testcontainers::{ClientAuth, Ensemble};
 
 const LIMIT: Duration = Duration::from_secs(30);
 
-struct Ran {
-    code: Option<i32>,
-    stdout: String,
-    stderr: String,
-}
-
-async fn run(mut cmd: Command) -> Ran {
-    let out = tokio::time::timeout(LIMIT, cmd.output())
-        .await
-        .unwrap_or_else(|_| panic!("zkfence did not finish within {LIMIT:?}"))
-        .expect("run zkfence");
-    Ran {
-        code: out.status.code(),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
+async fn run(cmd: Command) -> Ran {
+    process::run(cmd, LIMIT).await
 }
 
 /// `zkfence --connect <TLS port> --tls-ca CA --sasl-user USER ARGS...`, the password in the

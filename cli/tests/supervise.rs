@@ -13,32 +13,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use common::{children, connect, eventually, shared_ensemble, unique_path};
-use process::{next_line, read_pid, signal, zkfence};
-use tokio::io::AsyncReadExt;
+use process::{finish, next_line, read_pid, signal, zkfence};
 use tokio::process::Child;
 use tokio::time::Instant;
-
-struct Ran {
-    code: Option<i32>,
-    stderr: String,
-}
-
-/// Waits for `child` to exit (at most `limit`) and collects its stderr.
-async fn finish(mut child: Child, limit: Duration) -> Ran {
-    let mut stderr = child.stderr.take();
-    let status = tokio::time::timeout(limit, child.wait())
-        .await
-        .unwrap_or_else(|_| panic!("zkfence did not exit within {limit:?}"))
-        .expect("wait for zkfence");
-    let mut err = String::new();
-    if let Some(s) = stderr.as_mut() {
-        s.read_to_string(&mut err).await.unwrap();
-    }
-    Ran {
-        code: status.code(),
-        stderr: err,
-    }
-}
 
 /// True while `pid` exists and is not a zombie (a zombie has stopped running).
 fn running(pid: i32) -> bool {

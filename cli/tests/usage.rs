@@ -10,31 +10,9 @@ use std::net::TcpListener;
 use std::time::Duration;
 
 use common::{connect, eventually, shared_ensemble, unique_path, until_children};
-use process::{bin, zkfence};
+use process::{bin, run, zkfence};
 use tokio::process::{Child, Command};
 use tokio::time::Instant;
-
-struct Ran {
-    code: Option<i32>,
-    stdout: String,
-    stderr: String,
-    took: Duration,
-}
-
-/// Runs to completion (at most `limit`).
-async fn run(mut cmd: Command, limit: Duration) -> Ran {
-    let started = Instant::now();
-    let out = tokio::time::timeout(limit, cmd.output())
-        .await
-        .unwrap_or_else(|_| panic!("zkfence did not finish within {limit:?}"))
-        .expect("run zkfence");
-    Ran {
-        code: out.status.code(),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-        took: started.elapsed(),
-    }
-}
 
 /// A port that accepts TCP connections (the kernel's backlog does) but never answers: an
 /// ensemble that cannot be reached in time.

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 use tokio::process::{Child, Command};
+use tokio::time::Instant;
 
 /// The binary under test: this crate's, or another build named by `ZKFENCE_TEST_BIN` (e.g.
 /// one from before a fix, to see the tests fail).
@@ -65,10 +66,13 @@ pub struct Ran {
     pub code: Option<i32>,
     pub stdout: String,
     pub stderr: String,
+    /// From the call until it ended.
+    pub took: Duration,
 }
 
 /// Runs to completion (at most `limit`).
 pub async fn run(mut cmd: Command, limit: Duration) -> Ran {
+    let started = Instant::now();
     let out = tokio::time::timeout(limit, cmd.output())
         .await
         .unwrap_or_else(|_| panic!("zkfence did not finish within {limit:?}"))
@@ -77,11 +81,13 @@ pub async fn run(mut cmd: Command, limit: Duration) -> Ran {
         code: out.status.code(),
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
         stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        took: started.elapsed(),
     }
 }
 
 /// Waits for `child` to exit (at most `limit`) and collects what it wrote.
 pub async fn finish(mut child: Child, limit: Duration) -> Ran {
+    let started = Instant::now();
     let mut stdout = child.stdout.take();
     let mut stderr = child.stderr.take();
     let status = tokio::time::timeout(limit, child.wait())
@@ -100,5 +106,6 @@ pub async fn finish(mut child: Child, limit: Duration) -> Ran {
         code: status.code(),
         stdout: out,
         stderr: err,
+        took: started.elapsed(),
     }
 }
