@@ -292,11 +292,17 @@ impl Directories {
 
     /// A node of ours was created in `dir`: it exists now.
     pub(crate) fn created_in(&self, dir: &str) {
+        let now = Instant::now();
         let mut inner = self.inner.lock().unwrap();
-        if inner.last_create.len() >= MAX_REMEMBERED && !inner.last_create.contains_key(dir) {
+        // A hot lock is already known: no new key on every cycle.
+        if let Some(at) = inner.last_create.get_mut(dir) {
+            *at = now;
+            return;
+        }
+        if inner.last_create.len() >= MAX_REMEMBERED {
             inner.last_create.clear();
         }
-        inner.last_create.insert(dir.to_string(), Instant::now());
+        inner.last_create.insert(dir.to_string(), now);
     }
 
     /// A create found `dir` missing: learn how soon the server removes empty directories.
