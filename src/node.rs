@@ -29,17 +29,54 @@ pub enum NodeFormat {
     Kazoo,
 }
 
+/// Room for the longest node name before its sequence: `_c_`, a hyphenated uuid, `-`, a tag.
+const PREFIX_CAPACITY: usize = 3 + 36 + 1 + 9;
+
 impl NodeFormat {
     /// The node name prefix (before the server-appended sequence) for a contender `uuid`.
     ///
     /// Read/write locks use the names of each peer's own read/write lock (Curator's
     /// `InterProcessReadWriteLock`: `__READ__`/`__WRIT__`; Kazoo's `ReadLock`/`WriteLock`:
     /// `__rlock__`/`__lock__`), so they coordinate with those too.
+    #[cfg(test)]
     pub(crate) fn prefix(self, uuid: &uuid::Uuid, kind: Kind) -> String {
+        let mut name = String::new();
+        self.push_prefix(&mut name, uuid, kind);
+        name
+    }
+
+    /// The full path before the sequence of a contender `uuid`'s node in `dir`: the path a
+    /// sequential create is given. Built in one buffer, as it is on every acquire.
+    pub(crate) fn prefix_in(self, dir: &str, uuid: &uuid::Uuid, kind: Kind) -> String {
+        let mut path = String::with_capacity(dir.len() + 1 + PREFIX_CAPACITY);
+        path.push_str(dir);
+        path.push('/');
+        self.push_prefix(&mut path, uuid, kind);
+        path
+    }
+
+    fn push_prefix(self, out: &mut String, uuid: &uuid::Uuid, kind: Kind) {
+        self.push_marker(out, uuid);
         let tag = self.tag(kind);
+        // The marker ends with the tag's first characters in Kazoo's names (`{uuid}__`).
+        out.push_str(match self {
+            NodeFormat::Curator => tag,
+            NodeFormat::Kazoo => &tag[2..],
+        });
+    }
+
+    fn push_marker(self, out: &mut String, uuid: &uuid::Uuid) {
+        let mut buffer = uuid::Uuid::encode_buffer();
         match self {
-            NodeFormat::Curator => format!("_c_{}-{tag}", uuid.hyphenated()),
-            NodeFormat::Kazoo => format!("{}{tag}", uuid.simple()),
+            NodeFormat::Curator => {
+                out.push_str("_c_");
+                out.push_str(uuid.hyphenated().encode_lower(&mut buffer));
+                out.push('-');
+            }
+            NodeFormat::Kazoo => {
+                out.push_str(uuid.simple().encode_lower(&mut buffer));
+                out.push_str("__");
+            }
         }
     }
 
@@ -60,10 +97,9 @@ impl NodeFormat {
     /// The part of the prefix that identifies one contender, used to find our node again
     /// after a create whose outcome is unknown.
     pub(crate) fn marker(self, uuid: &uuid::Uuid) -> String {
-        match self {
-            NodeFormat::Curator => format!("_c_{}-", uuid.hyphenated()),
-            NodeFormat::Kazoo => format!("{}__", uuid.simple()),
-        }
+        let mut marker = String::with_capacity(PREFIX_CAPACITY);
+        self.push_marker(&mut marker, uuid);
+        marker
     }
 }
 
@@ -122,6 +158,16 @@ pub(crate) fn is_shared(name: &str) -> bool {
 /// so a foreign name past the wrap with ten digits after its sign is misread: a limit of
 /// names that do not say where their sequence starts.
 pub(crate) fn sequence_of(name: &str) -> Option<i32> {
+    // The common case first, without searching: a known tag, then ten digits (a counter that
+    // has not wrapped). Tags hold no digits, so no tag can end inside those ten.
+    if let Some(start) = name.len().checked_sub(10) {
+        let (head, digits) = name.as_bytes().split_at(start);
+        if digits.iter().all(u8::is_ascii_digit)
+            && TAGS.iter().any(|tag| head.ends_with(tag.as_bytes()))
+        {
+            return std::str::from_utf8(digits).ok()?.parse().ok();
+        }
+    }
     let known = TAGS
         .iter()
         .filter_map(|tag| name.rfind(tag).map(|at| at + tag.len()))
@@ -139,6 +185,27 @@ pub(crate) fn sequence_of(name: &str) -> Option<i32> {
         return None;
     }
     suffix.parse::<i32>().ok()
+}
+
+/// `prefix` followed by `sequence` as ZooKeeper names a sequential node (`%010d`): the path
+/// of the node a create made, without the formatting machinery (on every acquire).
+pub(crate) fn with_sequence(prefix: &str, sequence: i32) -> String {
+    let mut path = String::with_capacity(prefix.len() + 11);
+    path.push_str(prefix);
+    if sequence < 0 {
+        // Past the counter's wrap: rare enough for the general formatter.
+        use std::fmt::Write;
+        let _ = write!(path, "{sequence:010}");
+        return path;
+    }
+    let mut digits = [b'0'; 10];
+    let mut rest = sequence as u32;
+    for digit in digits.iter_mut().rev() {
+        *digit = b'0' + (rest % 10) as u8;
+        rest /= 10;
+    }
+    path.extend(digits.iter().map(|&d| d as char));
+    path
 }
 
 /// Keeps the children that are contenders and sorts them into queue order.
@@ -306,31 +373,24 @@ pub struct OwnerInfo {
 
 impl OwnerInfo {
     /// Owner data for this process with the given id.
+    #[cfg(test)]
     pub(crate) fn for_this_process(id: Option<&str>) -> OwnerInfo {
-        // Read once per process: this runs on every enqueue.
-        static HOST: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
-        let host = HOST
-            .get_or_init(|| {
-                std::fs::read_to_string("/proc/sys/kernel/hostname")
-                    .ok()
-                    .map(|h| h.trim().to_string())
-                    .or_else(|| std::env::var("HOSTNAME").ok())
-                    .filter(|h| !h.is_empty())
-            })
-            .clone();
-        let at = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_millis() as u64)
-            .ok();
         OwnerInfo {
             id: id.map(str::to_string),
-            host,
+            host: this_host().map(str::to_string),
             pid: Some(std::process::id()),
-            enqueued_at_ms: at,
+            enqueued_at_ms: now_ms(),
             permits: None,
             proclaimed: None,
             raw: vec![],
         }
+    }
+
+    /// The node data of this process's contender with the given id (and a semaphore's
+    /// limit), stamped now: what [`for_this_process`](Self::for_this_process) would encode,
+    /// written straight into one buffer, as it is on every enqueue.
+    pub(crate) fn encode_for_this_process(id: Option<&str>, permits: Option<usize>) -> Vec<u8> {
+        encode_lines(id, this_host(), Some(std::process::id()), now_ms(), permits)
     }
 
     /// `data` (a node's owner lines) with `value` as its proclaimed value instead of the
@@ -347,25 +407,15 @@ impl OwnerInfo {
     }
 
     /// Serialises to the node data format.
+    #[cfg(test)]
     pub(crate) fn encode(&self) -> Vec<u8> {
-        let mut out = String::new();
-        let clean = |s: &str| s.replace(['\n', '\r'], " ");
-        if let Some(id) = &self.id {
-            out.push_str(&format!("id={}\n", clean(id)));
-        }
-        if let Some(host) = &self.host {
-            out.push_str(&format!("host={}\n", clean(host)));
-        }
-        if let Some(pid) = self.pid {
-            out.push_str(&format!("pid={pid}\n"));
-        }
-        if let Some(at) = self.enqueued_at_ms {
-            out.push_str(&format!("at={at}\n"));
-        }
-        if let Some(permits) = self.permits {
-            out.push_str(&format!("permits={permits}\n"));
-        }
-        out.into_bytes()
+        encode_lines(
+            self.id.as_deref(),
+            self.host.as_deref(),
+            self.pid,
+            self.enqueued_at_ms,
+            self.permits,
+        )
     }
 
     /// Parses node data written by us or by another client.
@@ -406,6 +456,64 @@ impl OwnerInfo {
 }
 
 /// Splits node data into the owner lines and the proclaimed value after the first empty line.
+/// This machine's host name, read once per process.
+fn this_host() -> Option<&'static str> {
+    static HOST: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    HOST.get_or_init(|| {
+        std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .ok()
+            .map(|h| h.trim().to_string())
+            .or_else(|| std::env::var("HOSTNAME").ok())
+            .filter(|h| !h.is_empty())
+    })
+    .as_deref()
+}
+
+fn now_ms() -> Option<u64> {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .ok()
+}
+
+/// The owner lines, one `key=value` per field, in one buffer.
+fn encode_lines(
+    id: Option<&str>,
+    host: Option<&str>,
+    pid: Option<u32>,
+    at: Option<u64>,
+    permits: Option<usize>,
+) -> Vec<u8> {
+    use std::fmt::Write;
+    fn line(out: &mut String, key: &str, value: &str) {
+        out.push_str(key);
+        // One line per field: a line break inside a value would start another.
+        if value.contains(['\n', '\r']) {
+            out.push_str(&value.replace(['\n', '\r'], " "));
+        } else {
+            out.push_str(value);
+        }
+        out.push('\n');
+    }
+    let mut out = String::with_capacity(64 + id.map_or(0, str::len) + host.map_or(0, str::len));
+    if let Some(id) = id {
+        line(&mut out, "id=", id);
+    }
+    if let Some(host) = host {
+        line(&mut out, "host=", host);
+    }
+    if let Some(pid) = pid {
+        let _ = writeln!(out, "pid={pid}");
+    }
+    if let Some(at) = at {
+        let _ = writeln!(out, "at={at}");
+    }
+    if let Some(permits) = permits {
+        let _ = writeln!(out, "permits={permits}");
+    }
+    out.into_bytes()
+}
+
 fn split_proclaimed(data: &[u8]) -> (&[u8], Option<&[u8]>) {
     if data.starts_with(b"\n") {
         return (&[], Some(&data[1..]));
@@ -458,6 +566,27 @@ mod tests {
         assert_eq!(sequence_of("notes"), None);
         assert_eq!(sequence_of("000000001"), None);
         assert_eq!(sequence_of("abc-lock-00000000x1"), None);
+    }
+
+    #[test]
+    fn paths_of_created_nodes_are_named_as_zookeeper_names_them() {
+        for sequence in [
+            0,
+            7,
+            42,
+            1_000_000_000,
+            i32::MAX,
+            -1,
+            -5,
+            -1_000_000_000,
+            i32::MIN,
+        ] {
+            let path = with_sequence("/a/_c_u-lock-", sequence);
+            // What ZooKeeper's `String.format("%010d", counter)` writes, and what the
+            // client library's `CreateSequence` displays.
+            assert_eq!(path, format!("/a/_c_u-lock-{sequence:010}"));
+            assert_eq!(sequence_of(&path), Some(sequence), "{path}");
+        }
     }
 
     #[test]

@@ -138,14 +138,11 @@ pub async fn notify_floor(
     ))
 }
 
-/// The write limit: create ephemeral-sequential + delete, pipelined by all tasks on one
-/// connection. With `list`, also the getChildren the lock protocol needs (its floor).
-pub async fn raw_cycle(client: &zkc::Client, dir: &str, list: bool) -> Result<()> {
+/// The write limit: create ephemeral-sequential + delete with a short name, pipelined by all
+/// tasks on one connection.
+pub async fn raw_cycle(client: &zkc::Client, dir: &str) -> Result<()> {
     let prefix = format!("{dir}/n-");
     let (_, sequence) = client.create(&prefix, b"", &ephemeral_sequential()).await?;
-    if list {
-        client.list_children(dir).await?;
-    }
     client.delete(&format!("{prefix}{sequence}"), None).await?;
     Ok(())
 }

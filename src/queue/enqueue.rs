@@ -7,7 +7,7 @@ use std::sync::Arc;
 use zookeeper_client as zk;
 
 use crate::error::{Error, Result};
-use crate::node::{self, OwnerInfo};
+use crate::node::{self, NodeFormat, OwnerInfo};
 use crate::session::{Acquiring, Created, QueueListing, Shared};
 
 use super::{Admission, Queue, CLEANUP_GRACE, MAX_DIRECTORY_RETRIES};
@@ -27,12 +27,10 @@ pub(crate) enum Owner {
 impl Owner {
     pub(super) fn data(&self) -> Vec<u8> {
         match self {
-            Owner::ThisProcess { id } => OwnerInfo::for_this_process(id.as_deref()).encode(),
-            Owner::Permit { id, permits } => OwnerInfo {
-                permits: Some(*permits),
-                ..OwnerInfo::for_this_process(id.as_deref())
+            Owner::ThisProcess { id } => OwnerInfo::encode_for_this_process(id.as_deref(), None),
+            Owner::Permit { id, permits } => {
+                OwnerInfo::encode_for_this_process(id.as_deref(), Some(*permits))
             }
-            .encode(),
             Owner::Raw(data) => data.clone(),
         }
     }
@@ -50,8 +48,11 @@ pub(super) struct Enqueued {
 /// it removes the node in the background.
 pub(super) struct Pending {
     pub(super) shared: Arc<Shared>,
-    pub(super) dir: String,
-    pub(super) marker: String,
+    pub(super) dir: Arc<str>,
+    /// Names our node (with `uuid`): its marker is written out only when needed, to find
+    /// the node again after a create whose answer was lost.
+    pub(super) format: NodeFormat,
+    pub(super) uuid: uuid::Uuid,
     /// Known once the create was answered (or our node found again).
     pub(super) node: Option<String>,
     /// A create was sent, so a node may exist even if `node` is unknown.
@@ -64,6 +65,10 @@ pub(super) struct Pending {
 }
 
 impl Pending {
+    pub(super) fn marker(&self) -> String {
+        self.format.marker(&self.uuid)
+    }
+
     pub(super) fn disarm(&mut self) {
         self.armed = false;
     }
@@ -77,7 +82,7 @@ impl Pending {
         let task = tokio::spawn(cleanup(
             self.shared.clone(),
             self.dir.clone(),
-            self.marker.clone(),
+            self.marker(),
             self.node.take(),
             self.sent,
         ));
@@ -93,7 +98,7 @@ impl Drop for Pending {
             let (shared, dir, marker, node, sent) = (
                 self.shared.clone(),
                 self.dir.clone(),
-                self.marker.clone(),
+                self.marker(),
                 self.node.take(),
                 self.sent,
             );
@@ -104,7 +109,7 @@ impl Drop for Pending {
 
 async fn cleanup(
     shared: Arc<Shared>,
-    dir: String,
+    dir: Arc<str>,
     marker: String,
     node: Option<String>,
     sent: bool,
@@ -185,7 +190,8 @@ impl Queue {
             _acquiring: Acquiring::new(&shared),
             shared,
             dir: self.dir.clone(),
-            marker: self.format.marker(uuid),
+            format: self.format,
+            uuid: *uuid,
             node: None,
             sent: false,
             uncertain: false,
@@ -202,7 +208,7 @@ impl Queue {
         pending: &mut Pending,
     ) -> Result<Enqueued> {
         let shared = self.shared();
-        let prefix = format!("{}/{}", self.dir, self.format.prefix(uuid, self.kind));
+        let prefix = self.format.prefix_in(&self.dir, uuid, self.kind);
         let data = self.owner.data();
         // A semaphore's waiters list with a watch on the children, which is theirs alone.
         let list_behind = !matches!(self.admission(), Admission::Permits(_));
@@ -246,7 +252,7 @@ impl Queue {
                     directory_made += 1;
                     if directory_made > MAX_DIRECTORY_RETRIES {
                         return Err(Error::LockDirectoryDeleted {
-                            path: self.dir.clone(),
+                            path: self.dir.to_string(),
                         });
                     }
                     if in_front {
@@ -257,7 +263,7 @@ impl Queue {
                 }
                 Err(e) if crate::session::outcome_unknown(&e) => {
                     pending.uncertain = true;
-                    if let Some(created) = find_own(&shared, &self.dir, &pending.marker).await? {
+                    if let Some(created) = find_own(&shared, &self.dir, &pending.marker()).await? {
                         tracing::info!(node = %created.path, token = created.czxid, "enqueued (found our node after a lost answer)");
                         shared.directories.created_in(&self.dir);
                         pending.node = Some(created.path.clone());
@@ -273,7 +279,7 @@ impl Queue {
                 Err(zk::Error::NoChildrenForEphemerals) => {
                     pending.sent = false;
                     return Err(Error::InvalidPath {
-                        path: self.dir.clone(),
+                        path: self.dir.to_string(),
                         reason: "it is an ephemeral node, which cannot have children",
                     });
                 }

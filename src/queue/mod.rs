@@ -73,7 +73,8 @@ const MAX_DIRECTORY_RETRIES: u32 = 8;
 #[derive(Clone)]
 pub(crate) struct Queue {
     session: Session,
-    dir: String,
+    /// Shared with the session's listings and our nodes' cleanup: cloned on every acquire.
+    dir: Arc<str>,
     kind: Kind,
     /// What the operator metrics call it (an election enqueues as a plain lock).
     recipe: Recipe,
@@ -81,6 +82,8 @@ pub(crate) struct Queue {
     owner: Owner,
     /// Fixed contender uuid, for tests that need a collision; normally a fresh one per join.
     uuid: Option<uuid::Uuid>,
+    /// Set once the directory's path was checked.
+    dir_valid: std::sync::OnceLock<()>,
 }
 
 /// Our node, granted.
@@ -114,9 +117,8 @@ struct Listing {
     /// For the first listing read: the number of our create, which it must come after.
     /// Later ones come after whatever woke us.
     after: Option<u64>,
-    /// Our nodes' marker, and whether a second node of ours with it may exist.
-    marker: String,
-    check_orphans: bool,
+    /// Our nodes' marker, when a second node of ours with it may exist.
+    orphans_of: Option<String>,
     /// Our create's number, when known: the session's listings sent after it show every
     /// node that can be ahead of us.
     created_number: Option<u64>,
@@ -128,13 +130,23 @@ impl Queue {
     pub(crate) fn new(session: Session, dir: &str, kind: Kind) -> Queue {
         Queue {
             session,
-            dir: dir.to_string(),
+            dir: Arc::from(dir),
             kind,
             recipe: Recipe::of(kind),
             format: NodeFormat::default(),
             owner: Owner::ThisProcess { id: None },
             uuid: None,
+            dir_valid: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Checks the directory's path once: a lock's path does not change between acquires.
+    fn validate_dir(&self) -> Result<()> {
+        if self.dir_valid.get().is_none() {
+            node::validate_path(&self.dir)?;
+            let _ = self.dir_valid.set(());
+        }
+        Ok(())
     }
 
     pub(crate) fn with_format(mut self, format: NodeFormat) -> Queue {
@@ -198,7 +210,7 @@ impl Queue {
     /// when `deadline` passes, the node is removed before this returns (or, if the ensemble
     /// does not answer within a short grace, in the background).
     pub(crate) async fn join(&self, deadline: Option<Instant>) -> Result<Grant> {
-        node::validate_path(&self.dir)?;
+        self.validate_dir()?;
         self.bound(deadline).await?.join_bound(deadline).await
     }
 
@@ -221,7 +233,7 @@ impl Queue {
         let result = match timed {
             Ok(result) => result,
             Err(_) => Err(Error::Timeout {
-                path: self.dir.clone(),
+                path: self.dir.to_string(),
                 waited: started.elapsed(),
                 ahead: progress.ahead,
                 holder: self.describe(progress.holder.as_deref()).await,
@@ -242,7 +254,7 @@ impl Queue {
 
     /// Joins without waiting: `Ok(None)` if the admission rule would make us wait.
     pub(crate) async fn try_join(&self) -> Result<Option<Grant>> {
-        node::validate_path(&self.dir)?;
+        self.validate_dir()?;
         // Not waiting for a new session either: right after an expiry this fails with it.
         self.bound(Some(Instant::now()))
             .await?
@@ -309,9 +321,8 @@ impl Queue {
         Listing {
             first: enqueued.listed.clone(),
             after: Some(enqueued.number),
-            marker: pending.marker.clone(),
             // A fixed uuid (tests) may be shared with a node of an earlier join.
-            check_orphans: pending.uncertain || self.uuid.is_some(),
+            orphans_of: (pending.uncertain || self.uuid.is_some()).then(|| pending.marker()),
             created_number: Some(enqueued.number),
         }
     }
@@ -362,23 +373,24 @@ impl Queue {
                     Some(err) => err,
                     // An expired session's node is gone, but the directory is not.
                     None => Error::LockDirectoryDeleted {
-                        path: self.dir.clone(),
+                        path: self.dir.to_string(),
                     },
                 });
             };
             let Some(index) = node::index_in_queue(&queue, created.sequence, name) else {
                 return Err(self.vanished(&created.path));
             };
-            if listing.check_orphans
-                && self
-                    .delete_own_orphans(&queue, name, &listing.marker)
-                    .await?
-            {
-                continue;
+            if let Some(marker) = &listing.orphans_of {
+                if self.delete_own_orphans(&queue, name, marker).await? {
+                    continue;
+                }
             }
             progress.ahead = index;
-            progress.holder = queue.first().map(|(_, n)| n.clone());
             let place = self.admission().place(&queue, index);
+            // For a timeout's error: who held when we last looked (not needed once we hold).
+            if !matches!(place, Place::Holds) {
+                progress.holder = queue.first().map(|(_, n)| n.clone());
+            }
             return Ok((place, index, queue, children_watch));
         }
     }
@@ -425,7 +437,6 @@ impl Queue {
         progress: &mut Progress,
     ) -> Result<Grant> {
         let shared = self.shared();
-        let node = created.path.clone();
         let permits = matches!(self.admission(), Admission::Permits(_));
         let tag = self.tag();
         // The waiters gauge counts us while this is set: from the first wait on.
@@ -495,9 +506,9 @@ impl Queue {
             // was deleted is never granted.
             let mut connection = shared.mark_connection();
             let (predecessor_watch, own_watch) =
-                Box::pin(shared.watch_pair(&predecessor, &node)).await?;
+                Box::pin(shared.watch_pair(&predecessor, &created.path)).await?;
             let Some(mut own_watch) = own_watch else {
-                return Err(self.vanished(&node));
+                return Err(self.vanished(&created.path));
             };
             let Some(mut predecessor_watch) = predecessor_watch else {
                 continue; // already gone: look again
@@ -506,7 +517,7 @@ impl Queue {
             let predecessor_event = tokio::select! {
                 biased;
                 own = own_watch.changed() => match own? {
-                    NodeEvent::Deleted => return Err(self.vanished(&node)),
+                    NodeEvent::Deleted => return Err(self.vanished(&created.path)),
                     // Someone wrote our node's data: it exists; look again.
                     NodeEvent::Changed => continue,
                 },
@@ -525,7 +536,7 @@ impl Queue {
                 // in the client's hands but not yet dispatched: let it run once first.
                 tokio::task::yield_now().await;
                 match own_watch.arrived() {
-                    Some(Ok(NodeEvent::Deleted)) => return Err(self.vanished(&node)),
+                    Some(Ok(NodeEvent::Deleted)) => return Err(self.vanished(&created.path)),
                     Some(Err(err)) => return Err(err),
                     Some(Ok(NodeEvent::Changed)) => continue,
                     // The one we watched was the last thing between us and holding in our
@@ -639,7 +650,7 @@ impl Queue {
 impl Queue {
     /// The full prefix (directory and name before the sequence) of our node for `uuid`.
     pub(crate) fn node_prefix(&self, uuid: &uuid::Uuid) -> String {
-        format!("{}/{}", self.dir, self.format.prefix(uuid, self.kind))
+        self.format.prefix_in(&self.dir, uuid, self.kind)
     }
 
     /// The marker that finds our node for `uuid` again.
@@ -671,8 +682,7 @@ impl Queue {
             first: None,
             // The caller's create was answered: any listing sent from now on shows it.
             after: None,
-            marker: marker.to_string(),
-            check_orphans: true,
+            orphans_of: Some(marker.to_string()),
             created_number: None,
         };
         self.wait(created, listing, &mut progress).await

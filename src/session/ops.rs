@@ -482,10 +482,11 @@ impl Shared {
                 Ok((stat, sequence)) => {
                     self.answered(Answer::Committed, sent);
                     Counters::bump(&self.counters.creates);
+                    // ZooKeeper writes the parent's signed 32-bit counter.
+                    let sequence = sequence.into_i64() as i32;
                     Ok(Created {
-                        path: format!("{prefix}{sequence}"),
-                        // ZooKeeper writes the parent's signed 32-bit counter.
-                        sequence: sequence.into_i64() as i32,
+                        path: crate::node::with_sequence(prefix, sequence),
+                        sequence,
                         czxid: stat.czxid,
                     })
                 }
@@ -534,7 +535,7 @@ impl Shared {
     /// with the session's other waiters on `dir`, asking again while its outcome is unknown.
     pub(crate) async fn list_queue_after(
         &self,
-        dir: &str,
+        dir: &std::sync::Arc<str>,
         after: u64,
     ) -> Result<Option<QueueListing>> {
         loop {
