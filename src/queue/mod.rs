@@ -211,7 +211,10 @@ impl Queue {
     /// does not answer within a short grace, in the background).
     pub(crate) async fn join(&self, deadline: Option<Instant>) -> Result<Grant> {
         self.validate_dir()?;
-        self.bound(deadline).await?.join_bound(deadline).await
+        // Bound in a statement of its own: a temporary of `?` kept to the end of an
+        // expression would sit in every waiter's state beside the queue itself.
+        let bound = self.bound(deadline).await?;
+        bound.join_bound(deadline).await
     }
 
     async fn join_bound(&self, deadline: Option<Instant>) -> Result<Grant> {
@@ -223,12 +226,22 @@ impl Queue {
         telemetry::acquire_started(&tag);
         let span =
             tracing::info_span!("zkfence.acquire", dir = %self.dir, node = tracing::field::Empty);
-        let wait = self
-            .enqueue_and_wait(&uuid, &mut pending, &mut progress)
-            .instrument(span);
+        // Built inside each arm, not bound to a name first: a future moved out of a named
+        // local still takes its room in this one's state beside the one awaited, which
+        // doubled what every waiter keeps while it waits.
         let timed = match deadline {
-            None => Ok(wait.await),
-            Some(deadline) => tokio::time::timeout_at(deadline, wait).await,
+            None => Ok(self
+                .enqueue_and_wait(&uuid, &mut pending, &mut progress)
+                .instrument(span)
+                .await),
+            Some(deadline) => {
+                tokio::time::timeout_at(
+                    deadline,
+                    self.enqueue_and_wait(&uuid, &mut pending, &mut progress)
+                        .instrument(span),
+                )
+                .await
+            }
         };
         let result = match timed {
             Ok(result) => result,
@@ -236,7 +249,8 @@ impl Queue {
                 path: self.dir.to_string(),
                 waited: started.elapsed(),
                 ahead: progress.ahead,
-                holder: self.describe(progress.holder.as_deref()).await,
+                // Boxed, as the rare steps below: each would widen every waiter's state.
+                holder: Box::pin(self.describe(progress.holder.as_deref())).await,
             }),
         };
         telemetry::waited(&tag, started.elapsed(), &result);
@@ -246,7 +260,7 @@ impl Queue {
                 Ok(grant)
             }
             Err(err) => {
-                pending.cleanup().await;
+                Box::pin(pending.cleanup()).await;
                 Err(err)
             }
         }
@@ -310,10 +324,15 @@ impl Queue {
     ) -> Result<Grant> {
         // Boxed here and below: a waiter's future is as large as its largest step, and it
         // waits a long time in the small ones (10,000 waiters in one process).
-        let enqueued = Box::pin(self.enqueue(uuid, pending)).await?;
-        tracing::Span::current().record("node", enqueued.created.path.as_str());
-        let listing = self.listing(&enqueued, pending);
-        self.wait(enqueued.created, listing, progress).await
+        // The block ends before the wait is awaited, so what it names is not kept beside
+        // the wait's own copies for as long as the waiter waits.
+        {
+            let enqueued = Box::pin(self.enqueue(uuid, pending)).await?;
+            tracing::Span::current().record("node", enqueued.created.path.as_str());
+            let listing = self.listing(&enqueued, pending);
+            self.wait(enqueued.created, listing, progress)
+        }
+        .await
     }
 
     /// How step 2 reads the queue for the node `enqueued` made.
@@ -430,126 +449,134 @@ impl Queue {
     }
 
     /// Steps 2 and 3 until we hold.
-    async fn wait(
-        &self,
+    ///
+    /// An async block, not an async fn: an async fn moves its arguments into locals of its
+    /// state beside the room they arrived in, and every waiter carries that state.
+    #[allow(clippy::manual_async_fn)]
+    fn wait<'a>(
+        &'a self,
         created: Created,
         mut listing: Listing,
-        progress: &mut Progress,
-    ) -> Result<Grant> {
-        let shared = self.shared();
-        let permits = matches!(self.admission(), Admission::Permits(_));
-        let tag = self.tag();
-        // The waiters gauge counts us while this is set: from the first wait on.
-        let mut waiting: Option<telemetry::Waiting> = None;
-        // The latest notification that someone ahead left, for the release-to-grant time.
-        let mut woke: Option<telemetry::Woke> = None;
-        loop {
-            let (place, index, queue, children_watch) =
-                Box::pin(self.position(&created, &mut listing, progress, permits)).await?;
-            if !matches!(place, Place::Holds) && waiting.is_none() {
-                waiting = Some(telemetry::Waiting::start(&tag));
-            }
-            let (watched, holds_when_gone) = match place {
-                Place::Holds => {
-                    let grant = Box::pin(self.grant(created, None)).await?;
-                    telemetry::release_to_grant(&tag, woke);
-                    return Ok(grant);
+        progress: &'a mut Progress,
+    ) -> impl std::future::Future<Output = Result<Grant>> + Send + 'a {
+        async move {
+            let shared = self.shared();
+            let permits = matches!(self.admission(), Admission::Permits(_));
+            let tag = self.tag();
+            // The waiters gauge counts us while this is set: from the first wait on.
+            let mut waiting: Option<telemetry::Waiting> = None;
+            // The latest notification that someone ahead left, for the release-to-grant time.
+            let mut woke: Option<telemetry::Woke> = None;
+            loop {
+                let (place, index, queue, children_watch) =
+                    Box::pin(self.position(&created, &mut listing, progress, permits)).await?;
+                if !matches!(place, Place::Holds) && waiting.is_none() {
+                    waiting = Some(telemetry::Waiting::start(&tag));
                 }
-                Place::WaitsForAnyChange => {
-                    tracing::info!(
-                        position = index,
-                        ahead = index,
-                        "queued: waiting for a permit"
-                    );
-                    Counters::bump(&shared.counters.watches);
-                    let watch = children_watch.expect("listed with a watch");
-                    watch.changed().await?;
-                    woke = Some(telemetry::Woke::now());
-                    Counters::bump(&shared.counters.wakeups);
-                    continue;
-                }
-                Place::Waits {
-                    watched,
-                    holds_when_gone,
-                } => (watched, holds_when_gone),
-            };
-            let predecessor = format!("{}/{}", self.dir, queue[watched].1);
-            let predecessor_sequence = queue[watched].0;
-            // The listing can be large (every contender's name): do not keep it across the
-            // wait, or a deep queue holds one copy per waiter.
-            drop(queue);
-            tracing::info!(position = index, ahead = index, holder = ?progress.holder, "queued");
-            if !holds_when_gone {
-                // Deeper in the queue: the deletion of what we watch only sends us back to
-                // list, and the listing shows whether our node still exists.
-                let Some(mut predecessor_watch) = Box::pin(shared.watch_node(&predecessor)).await?
-                else {
-                    continue; // already gone: look again
-                };
-                tracing::info!(%predecessor, "waiting on predecessor");
-                let event = predecessor_watch.changed().await?;
-                woke = Some(telemetry::Woke::now());
-                Counters::bump(&shared.counters.wakeups);
-                if event == NodeEvent::Deleted
-                    && Box::pin(self.all_ahead_gone(&created, predecessor_sequence, &listing))
-                        .await?
-                {
-                    let grant = Box::pin(self.grant(created, None)).await?;
-                    telemetry::release_to_grant(&tag, woke);
-                    return Ok(grant);
-                }
-                continue;
-            }
-            // Second in line, we hold on the predecessor's deletion alone, without listing
-            // again. Our own node is watched in the same round trip: its deletion is seen
-            // before the predecessor's (events arrive in zxid order), so a waiter whose node
-            // was deleted is never granted.
-            let mut connection = shared.mark_connection();
-            let (predecessor_watch, own_watch) =
-                Box::pin(shared.watch_pair(&predecessor, &created.path)).await?;
-            let Some(mut own_watch) = own_watch else {
-                return Err(self.vanished(&created.path));
-            };
-            let Some(mut predecessor_watch) = predecessor_watch else {
-                continue; // already gone: look again
-            };
-            tracing::info!(%predecessor, "waiting on predecessor (second in line)");
-            let predecessor_event = tokio::select! {
-                biased;
-                own = own_watch.changed() => match own? {
-                    NodeEvent::Deleted => return Err(self.vanished(&created.path)),
-                    // Someone wrote our node's data: it exists; look again.
-                    NodeEvent::Changed => continue,
-                },
-                event = predecessor_watch.changed() => event?,
-            };
-            woke = Some(telemetry::Woke::now());
-            Counters::bump(&shared.counters.wakeups);
-            if connection.changed() {
-                // The connection broke since the watches were set: they were set again, and
-                // such watches need not fire in zxid order. List again rather than trust the
-                // order of the two events.
-                continue;
-            }
-            if predecessor_event == NodeEvent::Deleted {
-                // An event of the same transaction (a multi that deleted both nodes) may be
-                // in the client's hands but not yet dispatched: let it run once first.
-                tokio::task::yield_now().await;
-                match own_watch.arrived() {
-                    Some(Ok(NodeEvent::Deleted)) => return Err(self.vanished(&created.path)),
-                    Some(Err(err)) => return Err(err),
-                    Some(Ok(NodeEvent::Changed)) => continue,
-                    // The one we watched was the last thing between us and holding in our
-                    // last listing, nothing smaller than our sequence can appear since, and
-                    // our node outlived it: we hold without listing again.
-                    None => {
-                        let grant = Box::pin(self.grant(created, Some(own_watch))).await?;
+                let (watched, holds_when_gone) = match place {
+                    Place::Holds => {
+                        let grant = Box::pin(self.grant(created, None)).await?;
                         telemetry::release_to_grant(&tag, woke);
                         return Ok(grant);
                     }
+                    Place::WaitsForAnyChange => {
+                        tracing::info!(
+                            position = index,
+                            ahead = index,
+                            "queued: waiting for a permit"
+                        );
+                        Counters::bump(&shared.counters.watches);
+                        let watch = children_watch.expect("listed with a watch");
+                        // Boxed: the largest step of this future, which every waiter carries.
+                        Box::pin(watch.changed()).await?;
+                        woke = Some(telemetry::Woke::now());
+                        Counters::bump(&shared.counters.wakeups);
+                        continue;
+                    }
+                    Place::Waits {
+                        watched,
+                        holds_when_gone,
+                    } => (watched, holds_when_gone),
+                };
+                let predecessor = format!("{}/{}", self.dir, queue[watched].1);
+                let predecessor_sequence = queue[watched].0;
+                // The listing can be large (every contender's name): do not keep it across the
+                // wait, or a deep queue holds one copy per waiter.
+                drop(queue);
+                tracing::info!(position = index, ahead = index, holder = ?progress.holder, "queued");
+                if !holds_when_gone {
+                    // Deeper in the queue: the deletion of what we watch only sends us back to
+                    // list, and the listing shows whether our node still exists.
+                    let Some(mut predecessor_watch) =
+                        Box::pin(shared.watch_node(&predecessor)).await?
+                    else {
+                        continue; // already gone: look again
+                    };
+                    tracing::info!(%predecessor, "waiting on predecessor");
+                    let event = predecessor_watch.changed().await?;
+                    woke = Some(telemetry::Woke::now());
+                    Counters::bump(&shared.counters.wakeups);
+                    if event == NodeEvent::Deleted
+                        && Box::pin(self.all_ahead_gone(&created, predecessor_sequence, &listing))
+                            .await?
+                    {
+                        let grant = Box::pin(self.grant(created, None)).await?;
+                        telemetry::release_to_grant(&tag, woke);
+                        return Ok(grant);
+                    }
+                    continue;
                 }
+                // Second in line, we hold on the predecessor's deletion alone, without listing
+                // again. Our own node is watched in the same round trip: its deletion is seen
+                // before the predecessor's (events arrive in zxid order), so a waiter whose node
+                // was deleted is never granted.
+                let mut connection = shared.mark_connection();
+                let (predecessor_watch, own_watch) =
+                    Box::pin(shared.watch_pair(&predecessor, &created.path)).await?;
+                let Some(mut own_watch) = own_watch else {
+                    return Err(self.vanished(&created.path));
+                };
+                let Some(mut predecessor_watch) = predecessor_watch else {
+                    continue; // already gone: look again
+                };
+                tracing::info!(%predecessor, "waiting on predecessor (second in line)");
+                let predecessor_event = tokio::select! {
+                    biased;
+                    own = own_watch.changed() => match own? {
+                        NodeEvent::Deleted => return Err(self.vanished(&created.path)),
+                        // Someone wrote our node's data: it exists; look again.
+                        NodeEvent::Changed => continue,
+                    },
+                    event = predecessor_watch.changed() => event?,
+                };
+                woke = Some(telemetry::Woke::now());
+                Counters::bump(&shared.counters.wakeups);
+                if connection.changed() {
+                    // The connection broke since the watches were set: they were set again, and
+                    // such watches need not fire in zxid order. List again rather than trust the
+                    // order of the two events.
+                    continue;
+                }
+                if predecessor_event == NodeEvent::Deleted {
+                    // An event of the same transaction (a multi that deleted both nodes) may be
+                    // in the client's hands but not yet dispatched: let it run once first.
+                    tokio::task::yield_now().await;
+                    match own_watch.arrived() {
+                        Some(Ok(NodeEvent::Deleted)) => return Err(self.vanished(&created.path)),
+                        Some(Err(err)) => return Err(err),
+                        Some(Ok(NodeEvent::Changed)) => continue,
+                        // The one we watched was the last thing between us and holding in our
+                        // last listing, nothing smaller than our sequence can appear since, and
+                        // our node outlived it: we hold without listing again.
+                        None => {
+                            let grant = Box::pin(self.grant(created, Some(own_watch))).await?;
+                            telemetry::release_to_grant(&tag, woke);
+                            return Ok(grant);
+                        }
+                    }
+                }
+                // Deleted deeper in the queue, or changed: look again.
             }
-            // Deleted deeper in the queue, or changed: look again.
         }
     }
 
