@@ -66,6 +66,10 @@ fn per_decade(x1: usize, y1: f64, x2: usize, y2: f64) -> f64 {
     (y2 / y1).powf(1.0 / (x2 as f64 / x1 as f64).log10())
 }
 
+/// The acquire future's size this library keeps to (1,072 bytes with Rust 1.95 here), with
+/// room for a compiler's layout to move a little.
+const MAX_ACQUIRE_FUTURE_BYTES: f64 = 1200.0;
+
 pub async fn run(bench: &Bench, report: &mut Report) -> Result<()> {
     let points_wanted = bench.plan.scale_points.clone();
     let mut points = Vec::with_capacity(points_wanted.len());
@@ -219,6 +223,26 @@ pub async fn run(bench: &Bench, report: &mut Report) -> Result<()> {
             g.per_waiter / 1024.0,
             GOAL_RSS_KIB,
         )),
+    );
+    report.row(
+        Row::new(
+            scenario,
+            "bytes of one waiter's acquire future (`size_of_val`)",
+        )
+        .ours(future_bytes.to_string())
+        .floor("1,472 before the waiter's state was trimmed")
+        .goal(
+            Goal::at_most(
+                "scale.acquire_future_bytes",
+                future_bytes as f64,
+                MAX_ACQUIRE_FUTURE_BYTES,
+            )
+            .checked()
+            .detail(
+                "what every waiting task carries: a step kept beside the one awaited \
+                     (a moved-from local, a temporary of `?`) shows here first",
+            ),
+        ),
     );
     let drain_vs_herd = herd_rate.map(|h| g.handoffs_per_s() / h);
     let mut drain = Row::new(scenario, format!("{} waiters: drain (handoffs/s)", g.n))
