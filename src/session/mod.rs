@@ -4,6 +4,7 @@
 
 mod clock;
 mod listing;
+mod multi;
 mod ops;
 mod reopen;
 mod security;
@@ -19,10 +20,10 @@ use crate::error::{Error, Result};
 
 pub(crate) use clock::{Acquiring, Holding};
 pub(crate) use listing::QueueListing;
-pub use ops::FencedOp;
+pub(crate) use multi::FencedFailure;
+pub use multi::FencedOp;
 pub(crate) use ops::{
-    outcome_unknown, pause_before_retry, ChildrenWatch, Created, FencedFailure, NodeEvent,
-    NodeWatch,
+    outcome_unknown, pause_before_retry, ChildrenWatch, Created, NodeEvent, NodeWatch,
 };
 /// Options for [`Session::connect`].
 ///
