@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use zkfence::{Lock, Session, SessionOptions};
 use zkfence_testcontainers::FaultProxy;
+use zookeeper_client as zkc;
 
 use crate::server::Bench;
 use crate::stats::spread;
@@ -29,6 +30,13 @@ pub struct Delayed {
     proxy: FaultProxy,
 }
 
+/// A raw `zookeeper-client` client behind a delaying proxy: the peer's `Client::lock`
+/// through the same long link as ours.
+pub struct DelayedRaw {
+    pub client: zkc::Client,
+    proxy: FaultProxy,
+}
+
 impl Delayed {
     /// Connects (without the delay: the handshake is not measured).
     pub async fn connect(bench: &Bench) -> Result<Delayed> {
@@ -43,29 +51,64 @@ impl Delayed {
 
     /// [`SAMPLES`] pairs of `acquire` (which times one acquire until its grant, and must
     /// leave nothing in flight when it returns): with the delay, then without it.
-    pub async fn round_trips<F, Fut>(&self, mut acquire: F) -> Result<RoundTrips>
+    pub async fn round_trips<F, Fut>(&self, acquire: F) -> Result<RoundTrips>
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<Duration>>,
     {
-        let (mut delayed, mut direct, mut probe) = (Vec::new(), Vec::new(), Vec::new());
-        for _ in 0..SAMPLES {
-            self.proxy.delay(ONE_WAY);
-            delayed.push(acquire().await?);
-            let one = self.one_round_trip().await?;
-            self.proxy.delay(Duration::ZERO);
-            direct.push(acquire().await?);
-            probe.push(one.saturating_sub(self.one_round_trip().await?));
-        }
-        Ok(RoundTrips::new(&delayed, &direct, &probe))
+        paired_round_trips(&self.proxy, &self.session.client(), acquire).await
+    }
+}
+
+impl DelayedRaw {
+    /// Connects (without the delay: the handshake is not measured).
+    pub async fn connect(bench: &Bench) -> Result<DelayedRaw> {
+        let proxy = bench.zk.proxy_to(&[bench.node]).await?;
+        let client = zkc::Client::connector()
+            .with_session_timeout(SESSION_TIMEOUT)
+            .connect(&proxy.connect_string())
+            .await?;
+        Ok(DelayedRaw { client, proxy })
     }
 
-    /// One read on the session's connection (an `exists` of `/`), timed: one round trip.
-    async fn one_round_trip(&self) -> Result<Duration> {
-        let t = Instant::now();
-        self.session.client().check_stat("/").await?;
-        Ok(t.elapsed())
+    /// As [`Delayed::round_trips`].
+    pub async fn round_trips<F, Fut>(&self, acquire: F) -> Result<RoundTrips>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<Duration>>,
+    {
+        paired_round_trips(&self.proxy, &self.client, acquire).await
     }
+}
+
+/// [`SAMPLES`] pairs of `acquire` through `proxy`, with the delay then without it, each pair
+/// with what the delay added to one read on `client`'s connection.
+async fn paired_round_trips<F, Fut>(
+    proxy: &FaultProxy,
+    client: &zkc::Client,
+    mut acquire: F,
+) -> Result<RoundTrips>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<Duration>>,
+{
+    let (mut delayed, mut direct, mut probe) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..SAMPLES {
+        proxy.delay(ONE_WAY);
+        delayed.push(acquire().await?);
+        let one = one_round_trip(client).await?;
+        proxy.delay(Duration::ZERO);
+        direct.push(acquire().await?);
+        probe.push(one.saturating_sub(one_round_trip(client).await?));
+    }
+    Ok(RoundTrips::new(&delayed, &direct, &probe))
+}
+
+/// One read on the connection (an `exists` of `/`), timed: one round trip.
+async fn one_round_trip(client: &zkc::Client) -> Result<Duration> {
+    let t = Instant::now();
+    client.check_stat("/").await?;
+    Ok(t.elapsed())
 }
 
 /// One acquire of `lock`, timed until the grant; the release after it is not timed.
@@ -74,6 +117,16 @@ pub async fn timed_acquire(lock: &Lock) -> Result<Duration> {
     let lease = lock.acquire().await?;
     let elapsed = t.elapsed();
     lease.release().await?;
+    Ok(elapsed)
+}
+
+/// One acquire with `zookeeper-client`'s `Client::lock`, timed until the grant; the release
+/// after it is not timed.
+pub async fn timed_peer_acquire(client: &zkc::Client, dir: &str) -> Result<Duration> {
+    let t = Instant::now();
+    let lock = crate::arms::peer_acquire(client, dir).await?;
+    let elapsed = t.elapsed();
+    crate::arms::peer_release(client, lock).await?;
     Ok(elapsed)
 }
 
