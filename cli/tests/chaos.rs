@@ -63,6 +63,8 @@ async fn a_minute_of_every_fault_kind_with_postgres_finds_no_violation() {
     )
     .await;
     let summary = stdout.lines().next().unwrap_or_default();
+    // The figures, for whoever reads the test's output (--nocapture).
+    eprintln!("{summary}");
     assert_eq!(code, Some(0), "{stdout}\n{stderr}");
     assert!(
         summary.starts_with("zkfence chaos: seed 23, 60s: ") && summary.ends_with(" 0 violations"),
