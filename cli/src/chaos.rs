@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use zkfence_testcontainers::chaos::{self, ChaosConfig, FaultKind};
+use zkfence_testcontainers::HarnessError;
 
 use crate::duration;
 use crate::exit::{self, Failure};
@@ -37,13 +38,18 @@ pub struct Args {
     /// The servers' tickTime.
     #[arg(long, default_value = "200ms", value_parser = duration::parse, value_name = "DUR")]
     tick_time: Duration,
+    /// Also write every fenced write to a PostgreSQL row, by the fenced_postgres recipe's SQL
+    /// (a conditional update on the stored token), in a throwaway PostgreSQL on loopback
+    /// (needs its server binaries: apt-get install -y postgresql, or PG_BINDIR).
+    #[arg(long)]
+    postgres: bool,
     /// Where to write history.jsonl, timeline.svg and the contenders' logs (created if
     /// missing). [default: zkfence-chaos; with --check: beside the history]
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
     /// Run no campaign: check the history FILE (a history.jsonl of an earlier run) again and
     /// draw its timeline again.
-    #[arg(long, value_name = "FILE", conflicts_with_all = ["duration", "seed", "faults", "nodes", "clients", "session_timeout", "tick_time"])]
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["duration", "seed", "faults", "nodes", "clients", "session_timeout", "tick_time", "postgres"])]
     check: Option<PathBuf>,
     /// With --check: draw only the seconds FROM..TO of the campaign, e.g. "300s..600s" (a
     /// long run's whole picture is wide).
@@ -114,6 +120,7 @@ pub fn task(args: Args) -> Result<Task, Failure> {
     config.clients = args.clients as usize;
     config.session_timeout = args.session_timeout;
     config.tick_time = args.tick_time;
+    config.postgres = args.postgres;
     config.out_dir = args.out.unwrap_or_else(|| PathBuf::from("zkfence-chaos"));
     config
         .validate()
@@ -158,7 +165,7 @@ async fn campaign(config: ChaosConfig) -> Result<chaos::Report, Failure> {
     let kinds: Vec<&str> = config.faults.iter().map(|k| k.name()).collect();
     eprintln!(
         "zkfence chaos: seed {}, {}s of faults ({}) on {} servers, {} clients, session timeout \
-         {:?}, tickTime {:?}; writing to {}",
+         {:?}, tickTime {:?}{}; writing to {}",
         config.seed,
         config.duration.as_secs(),
         kinds.join(", "),
@@ -166,7 +173,20 @@ async fn campaign(config: ChaosConfig) -> Result<chaos::Report, Failure> {
         config.clients,
         config.session_timeout,
         config.tick_time,
+        if config.postgres {
+            ", writes to PostgreSQL too"
+        } else {
+            ""
+        },
         config.out_dir.display()
     );
-    Ok(chaos::run(config).await?)
+    chaos::run(config).await.map_err(|e| match e {
+        // Said by `task`'s check already, unless the binaries went away since.
+        HarnessError::PostgresNotFound { .. } => Failure::new(exit::USAGE, e.to_string()),
+        HarnessError::Postgres { .. } => Failure::new(
+            exit::ERROR,
+            format!("could not run a local PostgreSQL: {e}"),
+        ),
+        e => e.into(),
+    })
 }

@@ -1,6 +1,7 @@
 //! `zkfence chaos` (issue 23): a 60-second campaign with every fault kind against a real
-//! ensemble finds no violation, prints its summary, and leaves a history that parses and a
-//! timeline; settings that cannot work are refused before anything starts.
+//! ensemble, its writes going to a real PostgreSQL too (`--postgres`), finds no violation,
+//! prints its summary, and leaves a history that parses and a timeline; settings that cannot
+//! work (PostgreSQL missing included) are refused before anything starts.
 //!
 //! This is the suite's one long test (about 70 s): it is what the issue asks CI to run.
 
@@ -13,11 +14,20 @@ use process::bin;
 use tokio::process::Command;
 
 async fn chaos(args: &[&str], limit: Duration) -> (Option<i32>, String, String) {
+    chaos_env(args, &[], limit).await
+}
+
+async fn chaos_env(
+    args: &[&str],
+    env: &[(&str, &str)],
+    limit: Duration,
+) -> (Option<i32>, String, String) {
     let out = tokio::time::timeout(
         limit,
         Command::new(bin())
             .arg("chaos")
             .args(args)
+            .envs(env.iter().copied())
             .stdin(std::process::Stdio::null())
             .kill_on_drop(true)
             .output(),
@@ -33,18 +43,28 @@ async fn chaos(args: &[&str], limit: Duration) -> (Option<i32>, String, String) 
 }
 
 #[tokio::test]
-async fn a_minute_of_every_fault_kind_finds_no_violation() {
+async fn a_minute_of_every_fault_kind_with_postgres_finds_no_violation() {
     let dir = std::env::temp_dir().join(format!(
         "zkfence-chaos-test-{}",
         uuid::Uuid::new_v4().simple()
     ));
     let out = dir.to_str().unwrap();
     let (code, stdout, stderr) = chaos(
-        &["--duration", "60s", "--seed", "23", "--out", out],
+        &[
+            "--duration",
+            "60s",
+            "--seed",
+            "23",
+            "--postgres",
+            "--out",
+            out,
+        ],
         Duration::from_secs(240),
     )
     .await;
     let summary = stdout.lines().next().unwrap_or_default();
+    // The figures, for whoever reads the test's output (--nocapture).
+    eprintln!("{summary}");
     assert_eq!(code, Some(0), "{stdout}\n{stderr}");
     assert!(
         summary.starts_with("zkfence chaos: seed 23, 60s: ") && summary.ends_with(" 0 violations"),
@@ -73,6 +93,24 @@ async fn a_minute_of_every_fault_kind_finds_no_violation() {
     assert!(
         summary.contains(&format!("{} late writes refused", count("write-refused"))),
         "{summary}"
+    );
+    // PostgreSQL: its log of committed writes is in the history, and the summary counts it
+    // and the writers' refusals.
+    let last_two = &events[events.len() - 2];
+    assert_eq!(last_two["event"], "postgres-final", "{last_two}");
+    assert!(last_two["error"].is_null(), "{last_two}");
+    let committed = last_two["writes"].as_array().expect("the log").len();
+    assert!(committed >= count("granted") / 2, "{summary}");
+    assert!(
+        summary.contains(&format!(
+            "PostgreSQL {committed} writes accepted, {} late writes refused",
+            count("pg-write-refused")
+        )),
+        "{summary}"
+    );
+    assert!(
+        count("pg-write-accepted") + count("pg-write-failed") >= committed / 2,
+        "the writers report their commits: {summary}"
     );
     let svg = std::fs::read_to_string(dir.join("timeline.svg")).expect("the timeline");
     assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
@@ -108,9 +146,32 @@ async fn settings_that_cannot_work_are_refused_before_anything_starts() {
         ),
         (&["--window", "1s..2s"], "--check"),
         (&["--check", "h.jsonl", "--window", "5s..1s"], "is empty"),
+        (&["--check", "h.jsonl", "--postgres"], "--postgres"),
     ] {
         let (code, _, stderr) = chaos(args, Duration::from_secs(10)).await;
         assert_eq!(code, Some(2), "{args:?}: {stderr}");
         assert!(stderr.contains(says), "{args:?}: {stderr}");
     }
+    // No PostgreSQL server binaries: a clear error, and no ensemble was started for nothing
+    // (nothing was written to --out either).
+    let dir = std::env::temp_dir().join(format!(
+        "zkfence-chaos-nopg-{}",
+        uuid::Uuid::new_v4().simple()
+    ));
+    let (code, stdout, stderr) = chaos_env(
+        &["--postgres", "--out", dir.to_str().unwrap()],
+        &[("PG_BINDIR", "/nonexistent/pg/bin")],
+        Duration::from_secs(10),
+    )
+    .await;
+    assert_eq!(code, Some(2), "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains("no PostgreSQL server found") && stderr.contains("/nonexistent/pg/bin"),
+        "{stderr}"
+    );
+    assert!(
+        !stderr.contains("seed"),
+        "the campaign did not start: {stderr}"
+    );
+    assert!(!dir.exists(), "nothing was written");
 }

@@ -712,6 +712,15 @@ fn has_server_binaries(dir: &Path) -> bool {
         .all(|b| is_executable(&dir.join(b)))
 }
 
+/// Whether a server can be started here (binaries, and the `postgres` user when we are
+/// root), without starting anything: the errors [`PostgresBuilder::start`] would give first.
+#[cfg(feature = "chaos")]
+pub(crate) fn check_available() -> Result<(), HarnessError> {
+    find_bin_dir()?;
+    unprivileged_owner()?;
+    Ok(())
+}
+
 /// `$PG_BINDIR` if set, else the newest `/usr/lib/postgresql/<major>/bin` that has the
 /// server binaries.
 fn find_bin_dir() -> Result<PathBuf, HarnessError> {

@@ -20,6 +20,7 @@ use zkfence::{Error, Lease, Session, SessionOptions, SessionState};
 
 use super::faults::Rng;
 use super::history::monotonic_us;
+use super::sql;
 use super::{Event, Record};
 
 /// What the campaign tells a contender process (one JSON argument).
@@ -38,6 +39,9 @@ pub(crate) struct ContenderConfig {
     pub(crate) max_hold_ms: u64,
     /// The campaign's start on `CLOCK_MONOTONIC`, microseconds.
     pub(crate) origin_us: u64,
+    /// With `--postgres`: the database every write also goes to, after the register.
+    #[serde(default)]
+    pub(crate) postgres: Option<String>,
 }
 
 /// The body of a contender process: `config` is the JSON argument the campaign passed. Runs
@@ -136,6 +140,7 @@ impl Contender {
                 return 1;
             }
         };
+        let mut db = self.c.postgres.clone().map(Database::new);
         let lock = session
             .lock(&self.c.lock_path)
             .with_id(&format!("chaos-client-{client}"));
@@ -146,7 +151,8 @@ impl Contender {
             };
             match acquired {
                 Ok(lease) => {
-                    if let Outcome::Stop = self.hold(lease, &mut register, &mut stop).await {
+                    let outcome = self.hold(lease, &mut register, db.as_mut(), &mut stop);
+                    if let Outcome::Stop = outcome.await {
                         break;
                     }
                 }
@@ -170,11 +176,14 @@ impl Contender {
     /// release, most of the time, or a drop. The loss of the lease is recorded the moment
     /// the lease reports it; the step under way still ends with its write, as work that does
     /// not look at its lease between computing and writing would: a late write that only the
-    /// fence can stop.
+    /// fence can stop. A write goes to the register, then (with `--postgres`) to PostgreSQL,
+    /// whatever the register said: each store is a fence of its own, and each must stop a
+    /// late write by itself. A refusal by either ends the hold.
     async fn hold(
         &mut self,
         lease: Lease,
         register: &mut Register,
+        mut db: Option<&mut Database>,
         stop: &mut watch::Receiver<bool>,
     ) -> Outcome {
         let client = self.c.client;
@@ -188,7 +197,7 @@ impl Contender {
         let pause = Duration::from_millis(self.c.max_hold_ms / writes);
         let lost = std::cell::Cell::new(false);
         let outcome = {
-            let (rng, seq) = (&mut self.rng, &mut self.seq);
+            let (rng, seq, c) = (&mut self.rng, &mut self.seq, &self.c);
             let work = async {
                 for k in 0..writes {
                     if lost.get() {
@@ -198,10 +207,16 @@ impl Contender {
                         tokio::time::sleep(rng.between(Duration::ZERO, pause)).await;
                     }
                     *seq += 1;
-                    match register.write(client, token, *seq).await {
-                        Ok(true) => {}
-                        Ok(false) => return Outcome::Refused,
+                    let admitted = match register.write(client, token, *seq).await {
+                        Ok(admitted) => admitted,
                         Err(_) => return Outcome::Stop,
+                    };
+                    let admitted_too = match db.as_deref_mut() {
+                        Some(db) => db.write(c, token, *seq).await,
+                        None => true,
+                    };
+                    if !admitted || !admitted_too {
+                        return Outcome::Refused;
                     }
                 }
                 if lost.get() {
@@ -312,6 +327,73 @@ async fn expire(session: &Session, direct: &str, t: Duration) -> Result<(), Stri
         }
         Ok(Err(e)) => Err(e.to_string()),
         Err(_) => Err(format!("no session within {t:?}")),
+    }
+}
+
+/// The connection to the campaign's PostgreSQL (`--postgres`), opened when first needed and
+/// again after an error.
+struct Database {
+    url: String,
+    client: Option<tokio_postgres::Client>,
+}
+
+impl Database {
+    fn new(url: String) -> Database {
+        Database { url, client: None }
+    }
+
+    /// Writes (token, client, seq) through the recipe's fence and records PostgreSQL's
+    /// answer; false only if the fence refused. An error is recorded as such (the write
+    /// may or may not have committed: PostgreSQL's log at the end says) and the hold goes
+    /// on, as it would with a store that answered nothing.
+    async fn write(&mut self, c: &ContenderConfig, token: u64, seq: u64) -> bool {
+        let client = c.client;
+        let t = Duration::from_millis(c.session_timeout_ms);
+        let result = match self.client.as_mut() {
+            Some(db) => sql::write_through_fence(db, &c.lock_path, client, token, seq)
+                .await
+                .map_err(|e| sql::with_causes(&e)),
+            None => match sql::connect(&self.url, t).await {
+                Ok(db) => {
+                    let db = self.client.insert(db);
+                    sql::write_through_fence(db, &c.lock_path, client, token, seq)
+                        .await
+                        .map_err(|e| sql::with_causes(&e))
+                }
+                Err(e) => Err(format!("connect: {e}")),
+            },
+        };
+        match result {
+            Ok(sql::Outcome::Written) => {
+                emit(c, Event::PgWriteAccepted { client, token, seq });
+                true
+            }
+            Ok(sql::Outcome::Stale { newest }) => {
+                emit(
+                    c,
+                    Event::PgWriteRefused {
+                        client,
+                        token,
+                        seq,
+                        newest,
+                    },
+                );
+                false
+            }
+            Err(error) => {
+                self.client = None;
+                emit(
+                    c,
+                    Event::PgWriteFailed {
+                        client,
+                        token,
+                        seq,
+                        error,
+                    },
+                );
+                true
+            }
+        }
     }
 }
 

@@ -57,6 +57,9 @@ pub enum Event {
         /// The bound of the liveness check: a grant within this much fault-free time after
         /// each heal.
         grant_bound_ms: u64,
+        /// Whether every write also went to a PostgreSQL row (`--postgres`).
+        #[serde(default)]
+        postgres: bool,
     },
     /// A contender process started (again).
     ContenderStarted {
@@ -144,6 +147,53 @@ pub enum Event {
         /// The newest token the register had seen.
         newest: u64,
     },
+    /// PostgreSQL's fence admitted a write and the transaction committed (recorded by the
+    /// writer once the commit returned: the history's order of these is not PostgreSQL's,
+    /// see [`Event::PostgresFinal`]).
+    PgWriteAccepted {
+        /// The writer.
+        client: usize,
+        /// The token the write carried.
+        token: u64,
+        /// The writer's sequence number of the write (the register's write of the same step
+        /// has the same).
+        seq: u64,
+    },
+    /// PostgreSQL's fence refused a write: the row had stored a newer token.
+    PgWriteRefused {
+        /// The writer.
+        client: usize,
+        /// The token the write carried.
+        token: u64,
+        /// The writer's sequence number of the write.
+        seq: u64,
+        /// The token the fence row held when it refused.
+        newest: u64,
+    },
+    /// A write to PostgreSQL failed with an error, so the writer does not know whether it
+    /// committed (PostgreSQL's log at the end does).
+    PgWriteFailed {
+        /// The writer.
+        client: usize,
+        /// The token the write carried.
+        token: u64,
+        /// The writer's sequence number of the write.
+        seq: u64,
+        /// The error.
+        error: String,
+    },
+    /// What PostgreSQL held once every contender had stopped (recorded just before
+    /// [`Event::Finished`]).
+    PostgresFinal {
+        /// The fence row's token, if any write got that far.
+        token: Option<u64>,
+        /// Every write PostgreSQL committed, as (client, token, seq), in PostgreSQL's own
+        /// order (its log's serial key: each accepted write is logged while it holds the
+        /// fence row's lock).
+        writes: Vec<(usize, u64, u64)>,
+        /// Why the state could not be read, if it could not.
+        error: Option<String>,
+    },
     /// A fault began (recorded before it is done).
     FaultStarted {
         /// Its number in the schedule.
@@ -205,6 +255,9 @@ impl Event {
             | Event::Dropped { client, .. }
             | Event::WriteAccepted { client, .. }
             | Event::WriteRefused { client, .. }
+            | Event::PgWriteAccepted { client, .. }
+            | Event::PgWriteRefused { client, .. }
+            | Event::PgWriteFailed { client, .. }
             | Event::ContenderExited { client, .. } => Some(client),
             Event::FaultStarted { client, .. } => client,
             _ => None,

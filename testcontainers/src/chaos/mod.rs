@@ -4,8 +4,9 @@
 //! [`run`] starts an ensemble, a register guarded by a [`Fence`](zkfence::Fence), and
 //! `clients` contender processes, each with its own zkfence session through its own
 //! [`FaultProxy`], all contending for one lock. Each loops: acquire with a
-//! timeout, write (token, client, sequence) to the register, hold for a random time with
-//! more writes, release or drop. Meanwhile faults from a seeded schedule (see [`FaultKind`])
+//! timeout, write (token, client, sequence) to the register (and with
+//! [`ChaosConfig::postgres`], then to a PostgreSQL row by the `fenced_postgres` recipe's SQL),
+//! hold for a random time with more writes, release or drop. Meanwhile faults from a seeded schedule (see [`FaultKind`])
 //! start and heal, one or more at a time. Every grant, loss, release, write decision and
 //! fault is recorded on one clock; at the end [`check`] looks for violations (its docs list
 //! the rules), and the history is written as JSON lines and drawn as an SVG timeline.
@@ -35,6 +36,7 @@ mod contender;
 mod faults;
 mod history;
 mod register;
+mod sql;
 mod timeline;
 
 use std::collections::{BTreeMap, HashSet};
@@ -49,7 +51,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use zkfence::{Session, SessionOptions};
 
-use crate::{Ensemble, FaultProxy, HarnessError};
+use crate::{Ensemble, FaultProxy, HarnessError, Postgres};
 pub use check::{check, holds, Hold, Rule, Violation};
 pub use contender::contender_main;
 use contender::ContenderConfig;
@@ -91,6 +93,10 @@ pub struct ChaosConfig {
     /// The program to run as a contender, and its arguments (the contender's configuration
     /// is appended as one more).
     pub contender: (PathBuf, Vec<String>),
+    /// Whether every fenced write also goes to a PostgreSQL row, by the `fenced_postgres`
+    /// recipe's SQL, in a throwaway [`Postgres`] the campaign starts.
+    /// Default false.
+    pub postgres: bool,
 }
 
 impl ChaosConfig {
@@ -106,6 +112,7 @@ impl ChaosConfig {
             tick_time: Duration::from_millis(200),
             out_dir: PathBuf::from("zkfence-chaos"),
             contender: (program.into(), args),
+            postgres: false,
         }
     }
 
@@ -124,10 +131,12 @@ impl ChaosConfig {
     }
 
     /// Checks that the settings can work: 1, 3 or 5 nodes (server faults need 3), at least
-    /// 2 clients, a session timeout within 2 and 20 tickTimes (ZooKeeper's clamp).
+    /// 2 clients, a session timeout within 2 and 20 tickTimes (ZooKeeper's clamp), and with
+    /// [`postgres`](Self::postgres), PostgreSQL's server binaries installed.
     ///
     /// # Notable errors
-    /// [`HarnessError::InvalidConfig`] saying which setting is wrong.
+    /// [`HarnessError::InvalidConfig`] saying which setting is wrong;
+    /// [`HarnessError::PostgresNotFound`] with `postgres` set, if no server can be started.
     ///
     /// ```
     /// use zkfence_testcontainers::chaos::ChaosConfig;
@@ -158,6 +167,10 @@ impl ChaosConfig {
         }
         if self.nodes == 1 && self.faults.iter().any(|k| k.hurts_a_server()) {
             return bad("server faults need at least 3 nodes".into());
+        }
+        if self.postgres {
+            // Before anything starts: a missing server is a setting that cannot work.
+            crate::postgres::check_available()?;
         }
         Ok(())
     }
@@ -197,6 +210,38 @@ impl Report {
         self.count(|e| matches!(e, Event::WriteRefused { .. }))
     }
 
+    /// Whether the campaign also wrote to PostgreSQL (`--postgres`).
+    pub fn with_postgres(&self) -> bool {
+        self.count(|e| matches!(e, Event::Campaign { postgres: true, .. })) > 0
+    }
+
+    /// Writes PostgreSQL committed: its own log's count (a writer may have died before it
+    /// reported its commit), or the writers' reports if the log could not be read.
+    pub fn pg_accepted_writes(&self) -> usize {
+        self.history
+            .iter()
+            .find_map(|r| match &r.event {
+                Event::PostgresFinal {
+                    writes,
+                    error: None,
+                    ..
+                } => Some(writes.len()),
+                _ => None,
+            })
+            .unwrap_or_else(|| self.count(|e| matches!(e, Event::PgWriteAccepted { .. })))
+    }
+
+    /// Late writes PostgreSQL's fence refused.
+    pub fn pg_refused_writes(&self) -> usize {
+        self.count(|e| matches!(e, Event::PgWriteRefused { .. }))
+    }
+
+    /// Writes the register and PostgreSQL judged differently (one accepted, the other
+    /// refused): no violation, see [`check`].
+    pub fn judged_differently(&self) -> usize {
+        check::judged_differently(&self.history)
+    }
+
     /// Faults started, by kind.
     pub fn faults(&self) -> BTreeMap<FaultKind, usize> {
         let mut by_kind = BTreeMap::new();
@@ -219,14 +264,26 @@ impl Report {
 
     /// The one-line summary, e.g. `zkfence chaos: seed 7, 60s: 41 grants, 97 writes
     /// accepted, 3 late writes refused, 14 faults (kill-leader 2, ...), 0 skipped, 0
-    /// violations`.
+    /// violations`; with PostgreSQL, `..., 3 late writes refused, PostgreSQL 96 writes
+    /// accepted, 4 late writes refused (1 judged otherwise by the register), 14 faults ...`.
     pub fn summary(&self) -> String {
         let faults = self.faults();
         let total: usize = faults.values().sum();
         let kinds: Vec<String> = faults.iter().map(|(k, n)| format!("{k} {n}")).collect();
+        let postgres = if self.with_postgres() {
+            format!(
+                ", PostgreSQL {} writes accepted, {} late writes refused ({} judged otherwise \
+                 by the register)",
+                self.pg_accepted_writes(),
+                self.pg_refused_writes(),
+                self.judged_differently()
+            )
+        } else {
+            String::new()
+        };
         format!(
             "zkfence chaos: seed {}, {}s: {} grants, {} writes accepted, {} late writes \
-             refused, {} faults ({}), {} skipped, {} violations",
+             refused{postgres}, {} faults ({}), {} skipped, {} violations",
             self.seed,
             self.duration.as_secs(),
             self.grants(),
@@ -290,6 +347,9 @@ struct Campaign {
     proxies: Vec<FaultProxy>,
     admin: Session,
     register: RegisterServer,
+    /// With `--postgres`: the server, and the campaign's own connection (for the schema and
+    /// the final state).
+    postgres: Option<(Postgres, tokio_postgres::Client)>,
     recorder: Recorder,
     slots: Mutex<Vec<Option<Slot>>>,
     /// The token each contender holds now, as its events say.
@@ -314,6 +374,11 @@ pub async fn run(config: ChaosConfig) -> Result<Report, HarnessError> {
     config.validate()?;
     std::fs::create_dir_all(&config.out_dir)?;
     let t = config.session_timeout;
+    // PostgreSQL first: if it cannot start, no ensemble has been started for nothing.
+    let postgres = match config.postgres {
+        true => Some(start_postgres().await?),
+        false => None,
+    };
     let zk = Ensemble::builder()
         .nodes(config.nodes)
         .tick_time(config.tick_time)
@@ -331,6 +396,7 @@ pub async fn run(config: ChaosConfig) -> Result<Report, HarnessError> {
         tick_time_ms: config.tick_time.as_millis() as u64,
         faults: config.faults.clone(),
         grant_bound_ms: config.grant_bound().as_millis() as u64,
+        postgres: config.postgres,
     });
     let mut proxies = Vec::with_capacity(config.clients);
     for _ in 0..config.clients {
@@ -344,6 +410,7 @@ pub async fn run(config: ChaosConfig) -> Result<Report, HarnessError> {
     .map_err(|e| HarnessError::InvalidConfig(format!("cannot connect to the ensemble: {e}")))?;
     let register = RegisterServer::start(recorder.clone()).await?;
     let campaign = Arc::new(Campaign {
+        postgres,
         zk: Arc::new(zk),
         proxies,
         admin,
@@ -398,6 +465,7 @@ impl Campaign {
             seed: c.seed,
             max_hold_ms: c.max_hold().as_millis() as u64,
             origin_us: self.recorder.origin_us,
+            postgres: self.postgres.as_ref().map(|(pg, _)| pg.url()),
         };
         let log = std::fs::OpenOptions::new()
             .create(true)
@@ -751,9 +819,24 @@ impl Campaign {
         };
         drop(client);
         self.admin.close().await;
-        let server_pids: Vec<u32> = (0..self.config.nodes)
+        let mut server_pids: Vec<u32> = (0..self.config.nodes)
             .filter_map(|i| self.zk.pid(i))
             .collect();
+        if let Some((pg, db)) = self.postgres {
+            let (token, writes, error) = match sql::final_state(&db, LOCK_PATH).await {
+                Ok((token, writes)) => (token, writes, None),
+                Err(e) => (None, Vec::new(), Some(e)),
+            };
+            self.recorder.record(Event::PostgresFinal {
+                token,
+                writes,
+                error,
+            });
+            drop(db);
+            // Every process of the server, its backends too.
+            server_pids.extend(pg.pids());
+            drop(pg);
+        }
         drop(self.proxies);
         drop(self.register);
         let zk = Arc::into_inner(self.zk).expect("no fault task holds the ensemble");
@@ -827,6 +910,26 @@ pub fn recheck(
         history_path: history_path.to_path_buf(),
         timeline_path: timeline_path.to_path_buf(),
     })
+}
+
+/// Starts the campaign's PostgreSQL and creates the recipe's tables in it.
+async fn start_postgres() -> Result<(Postgres, tokio_postgres::Client), HarnessError> {
+    let pg = Postgres::launch().await?;
+    let failed = |what: String| HarnessError::Postgres {
+        what,
+        log_tail: pg.log_tail(20),
+    };
+    let db = sql::connect(&pg.url(), Duration::from_secs(30))
+        .await
+        .map_err(|e| failed(format!("cannot connect: {e}")))?;
+    db.batch_execute(sql::SCHEMA).await.map_err(|e| {
+        failed(format!(
+            "cannot create the tables: {}",
+            sql::with_causes(&e)
+        ))
+    })?;
+    tracing::info!(url = %pg.url(), "chaos: PostgreSQL serving");
+    Ok((pg, db))
 }
 
 /// Keeps `holding` in step with a contender's events.

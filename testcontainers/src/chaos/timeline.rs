@@ -1,7 +1,8 @@
 //! The picture of a campaign: an SVG timeline drawn with plotters. One lane per contender
 //! with its holds as bars (the part after its holder was blinded, by a stall or a forced
 //! expiry, in a paler blue), accepted writes as dots,
-//! refused late writes as red crosses; faults as shaded bands (across every lane for a server
+//! refused late writes as red crosses (and PostgreSQL's refusals, with `--postgres`, as purple
+//! triangles); faults as shaded bands (across every lane for a server
 //! fault, across its victim's lane for a client fault) and as bars in a lane of their own;
 //! violations as red lines.
 
@@ -38,6 +39,8 @@ const LEGEND_HEIGHT: u32 = 64;
 const HOLD: RGBColor = RGBColor(60, 110, 200);
 /// The rest of a hold once its holder was blinded: it believes it holds, but cannot know.
 const BLINDED: RGBColor = RGBColor(170, 195, 235);
+/// PostgreSQL's refusals (`--postgres`): purple triangles, apart from the register's crosses.
+const PG_REFUSED: RGBColor = RGBColor(130, 40, 170);
 
 fn color_of(kind: FaultKind) -> RGBColor {
     let i = FaultKind::ALL.iter().position(|&k| k == kind).unwrap_or(0);
@@ -235,6 +238,16 @@ fn draw_on(
         )),
         _ => None,
     }))?;
+    // PostgreSQL's refusals: a triangle just above the lane, so that a write both fences
+    // refused shows both marks.
+    chart.draw_series(h.iter().filter_map(|r| match r.event {
+        Event::PgWriteRefused { client, .. } if inside(s(r.t_us)) => Some(TriangleMarker::new(
+            (s(r.t_us), client as f64 + 0.2),
+            5,
+            PG_REFUSED.filled(),
+        )),
+        _ => None,
+    }))?;
     // Violations.
     for v in violations.iter().filter(|v| inside(s(v.t_us))) {
         chart.draw_series(std::iter::once(PathElement::new(
@@ -252,6 +265,14 @@ fn draw_on(
         ),
         ("refused late write (x)".into(), RED),
     ];
+    if h.iter()
+        .any(|r| matches!(r.event, Event::Campaign { postgres: true, .. }))
+    {
+        entries.push((
+            "late write refused by PostgreSQL (triangle)".into(),
+            PG_REFUSED,
+        ));
+    }
     if accepted <= MAX_WRITE_DOTS {
         entries.push(("accepted write (dot)".into(), BLACK));
     }
@@ -326,6 +347,7 @@ mod tests {
                     tick_time_ms: 200,
                     faults: vec![FaultKind::StallHolder],
                     grant_bound_ms: 18_000,
+                    postgres: false,
                 },
             ),
             at(
@@ -434,5 +456,48 @@ mod tests {
         draw(&history, &violations, &path).unwrap();
         let marked = std::fs::read_to_string(&path).unwrap();
         assert!(marked.contains(&format!("violation ({})", violations.len())));
+    }
+
+    #[test]
+    fn postgres_refusals_are_marked_apart_from_the_registers() {
+        let campaign = |postgres| {
+            at(
+                0,
+                Event::Campaign {
+                    seed: 5,
+                    duration_ms: 4_000,
+                    nodes: 3,
+                    clients: 2,
+                    session_timeout_ms: 4_000,
+                    tick_time_ms: 200,
+                    faults: vec![],
+                    grant_bound_ms: 18_000,
+                    postgres,
+                },
+            )
+        };
+        let refused = at(
+            3_001,
+            Event::PgWriteRefused {
+                client: 0,
+                token: 7,
+                seq: 2,
+                newest: 8,
+            },
+        );
+        let triangle = r##"fill="#8228AA""##;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.svg");
+        draw(&[campaign(true), refused.clone()], &[], &path).unwrap();
+        let svg = std::fs::read_to_string(&path).unwrap();
+        assert!(svg.contains("refused by PostgreSQL"), "the legend names it");
+        assert_eq!(
+            svg.matches(triangle).count(),
+            2,
+            "the triangle and the legend's box"
+        );
+        draw(&[campaign(false)], &[], &path).unwrap();
+        let svg = std::fs::read_to_string(&path).unwrap();
+        assert!(!svg.contains("PostgreSQL") && !svg.contains(triangle));
     }
 }
