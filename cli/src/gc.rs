@@ -66,10 +66,8 @@ pub async fn run(global: &Global, path: &str, apply: bool, json: bool) -> Result
     drop(client);
     close(session, std::time::Duration::from_secs(1)).await;
     if json && outcome.is_ok() {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&report).expect("a report always serialises")
-        );
+        let text = serde_json::to_string_pretty(&report).expect("a report always serialises");
+        crate::stdout::report("report", &format!("{text}\n"))?;
     }
     outcome
 }
@@ -83,7 +81,9 @@ async fn walk_and_collect(
 ) -> Result<u8, Failure> {
     let say = |line: String| {
         if text {
-            println!("{line}");
+            // The removals go on whoever reads the lines (a closed pipe is quiet); a line
+            // that cannot be written otherwise loses nothing but itself.
+            let _ = crate::stdout::write(format!("{line}\n").as_bytes());
         }
     };
     let seen = match walk(client, root).await {

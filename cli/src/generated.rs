@@ -9,7 +9,15 @@ use crate::Cli;
 /// Prints the completion script for `shell` on stdout.
 pub fn completions(shell: clap_complete::Shell) -> Result<u8, Failure> {
     let mut command = Cli::command();
-    clap_complete::generate(shell, &mut command, "zkfence", &mut std::io::stdout());
+    // Into memory first: the generator panics on a write error (a closed pipe among them).
+    let mut script = Vec::new();
+    clap_complete::generate(shell, &mut command, "zkfence", &mut script);
+    crate::stdout::write(&script).map_err(|e| {
+        Failure::new(
+            exit::ERROR,
+            format!("cannot write the completion script: {e}"),
+        )
+    })?;
     Ok(exit::OK)
 }
 
@@ -44,10 +52,7 @@ pub fn man(subcommand: Option<&str>) -> Result<u8, Failure> {
     let man = clap_mangen::Man::new(page);
     let mut out = Vec::new();
     man.render(&mut out)
-        .and_then(|()| {
-            use std::io::Write;
-            std::io::stdout().write_all(&out)
-        })
+        .and_then(|()| crate::stdout::write(&out))
         .map_err(|e| Failure::new(exit::ERROR, format!("cannot write the man page: {e}")))?;
     Ok(exit::OK)
 }

@@ -21,6 +21,7 @@ mod progress;
 mod revoke;
 mod signals;
 mod status;
+mod stdout;
 mod supervisor;
 
 use std::net::SocketAddr;

@@ -191,9 +191,10 @@ pub async fn run(global: &Global, path: &str, json: bool, kind: Kind) -> Result<
             Kind::Lock => serde_json::to_string_pretty(&lock_report(path, &found)),
             Kind::Election => serde_json::to_string_pretty(&election_report(path, &found)),
         };
-        println!("{}", text.expect("a report always serialises"));
+        let text = text.expect("a report always serialises");
+        crate::stdout::report("report", &format!("{text}\n"))?;
     } else {
-        print!("{}", describe(path, &found, kind));
+        crate::stdout::report("report", &describe(path, &found, kind))?;
     }
     Ok(crate::exit::OK)
 }

@@ -829,3 +829,49 @@ async fn completions_and_man_pages_are_generated_from_the_definitions() {
         assert!(ran.stdout.is_empty(), "{bad:?} prints nothing on stdout");
     }
 }
+
+/// A reader that stops reading (`zkfence completions zsh | head -1`, a pager quit early) is
+/// no error of ours: the printing subcommands stop quietly, as Unix tools do, instead of
+/// panicking or blaming the pipe.
+#[tokio::test]
+async fn printing_into_a_closed_pipe_stops_quietly() {
+    for args in [
+        &["completions", "zsh"][..],
+        &["completions", "bash"][..],
+        &["man"][..],
+    ] {
+        let (reader, writer) = std::io::pipe().unwrap();
+        // Closed before the command writes a byte: every write of it fails with EPIPE.
+        drop(reader);
+        let mut cmd = zkfence_bare(args);
+        cmd.stdout(writer);
+        // Not `run`: its `output()` would give the command a pipe of its own.
+        let ran = process::finish(cmd.spawn().unwrap(), Duration::from_secs(20)).await;
+        assert!(
+            !ran.stderr.contains("panicked") && ran.stderr.trim().is_empty(),
+            "zkfence {args:?} into a closed pipe wrote to stderr: {}",
+            ran.stderr
+        );
+        assert_eq!(ran.code, Some(0), "zkfence {args:?}: {}", ran.stderr);
+    }
+    // A report read from the ensemble too.
+    let connect = shared_ensemble().connect_string();
+    let path = unique_path("closed-pipe");
+    for json in [false, true] {
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        let mut args = vec!["status", path.as_str()];
+        if json {
+            args.push("--json");
+        }
+        let mut cmd = zkfence(&connect, &args);
+        cmd.stdout(writer);
+        let ran = process::finish(cmd.spawn().unwrap(), Duration::from_secs(30)).await;
+        assert!(
+            ran.stderr.trim().is_empty(),
+            "zkfence status (json {json}) into a closed pipe wrote to stderr: {}",
+            ran.stderr
+        );
+        assert_eq!(ran.code, Some(0), "zkfence status: {}", ran.stderr);
+    }
+}
