@@ -1,7 +1,8 @@
 //! `zkfence chaos` (issue 23): a 60-second campaign with every fault kind against a real
 //! ensemble, its writes going to a real PostgreSQL too (`--postgres`), finds no violation,
 //! prints its summary, and leaves a history that parses and a timeline; settings that cannot
-//! work (PostgreSQL missing included) are refused before anything starts.
+//! work (PostgreSQL missing included) are refused before anything starts; a history whose
+//! final check for nodes left could not be made fails, saying why.
 //!
 //! This is the suite's one long test (about 70 s): it is what the issue asks CI to run.
 
@@ -174,4 +175,48 @@ async fn settings_that_cannot_work_are_refused_before_anything_starts() {
         "the campaign did not start: {stderr}"
     );
     assert!(!dir.exists(), "nothing was written");
+}
+
+#[tokio::test]
+async fn a_check_for_nodes_left_that_could_not_be_made_fails_the_run_with_its_reason() {
+    // The end of a history whose final listing could not be made (the admin session had
+    // expired, say): not a leftover node, but the run must still fail, saying why.
+    let dir = std::env::temp_dir().join(format!(
+        "zkfence-chaos-unchecked-{}",
+        uuid::Uuid::new_v4().simple()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let history = dir.join("history.jsonl");
+    std::fs::write(
+        &history,
+        concat!(
+            r#"{"t_us":0,"event":"campaign","seed":5,"duration_ms":1000,"nodes":3,"clients":2,"session_timeout_ms":4000,"tick_time_ms":200,"faults":[],"grant_bound_ms":26000}"#,
+            "\n",
+            r#"{"t_us":2000000,"event":"finished","leftover_nodes":[],"servers_running":[],"contenders_running":[],"nodes_unchecked":"cannot list /zkfence-chaos/lock: session expired (still after 9 tries)"}"#,
+            "\n",
+        ),
+    )
+    .unwrap();
+    let (code, stdout, stderr) = chaos(
+        &["--check", history.to_str().unwrap()],
+        Duration::from_secs(30),
+    )
+    .await;
+    assert_eq!(code, Some(1), "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains(
+            "could not check for nodes left: cannot list /zkfence-chaos/lock: session expired"
+        ),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("nodes left under"), "{stderr}");
+    assert!(
+        stdout
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .ends_with(" 1 violations"),
+        "{stdout}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -61,6 +61,8 @@ pub enum Rule {
     LeftoverNodes,
     /// Server or contender processes were left running.
     LeftoverProcesses,
+    /// The lock's children could not be listed at the end, so leftovers are unknown.
+    NodesUnchecked,
     /// The history has no `finished` record.
     Unfinished,
     /// PostgreSQL committed a write with a token older than one it had committed before.
@@ -90,6 +92,7 @@ impl fmt::Display for Rule {
             Rule::NoProgress => "no grant after a healed fault",
             Rule::LeftoverNodes => "nodes left under the lock's path",
             Rule::LeftoverProcesses => "processes left running",
+            Rule::NodesUnchecked => "could not check for nodes left",
             Rule::Unfinished => "the campaign did not finish",
             Rule::PgStaleWriteAccepted => "stale write accepted by PostgreSQL",
             Rule::PgFinalToken => "PostgreSQL's final token is not the highest it accepted",
@@ -441,8 +444,12 @@ pub fn check(history: &[Record]) -> Vec<Violation> {
                 leftover_nodes,
                 servers_running,
                 contenders_running,
+                nodes_unchecked,
             } => {
                 finished = true;
+                if let Some(why) = nodes_unchecked {
+                    violation(Rule::NodesUnchecked, i, why.clone(), &[i]);
+                }
                 if !leftover_nodes.is_empty() {
                     violation(
                         Rule::LeftoverNodes,
@@ -808,6 +815,7 @@ mod tests {
                 leftover_nodes: vec![],
                 servers_running: vec![],
                 contenders_running: vec![],
+                nodes_unchecked: None,
             },
         )
     }
@@ -1013,6 +1021,7 @@ mod tests {
                 leftover_nodes: vec!["/chaos/_c_x-lock-0000000007".into()],
                 servers_running: vec![4242],
                 contenders_running: vec![],
+                nodes_unchecked: None,
             },
         );
         assert_eq!(
@@ -1021,6 +1030,25 @@ mod tests {
         );
         h.pop();
         assert_eq!(rules(&h), vec![Rule::Unfinished]);
+    }
+
+    #[test]
+    fn a_listing_that_could_not_be_made_is_its_own_kind_not_a_leftover() {
+        // As a campaign writes it when it could not list the lock's children until its
+        // deadline: no nodes are known to be left, and the run must still fail, saying why.
+        let mut h = clean();
+        let last = h.len() - 1;
+        let line = format!(
+            r#"{{"t_us":{},"event":"finished","leftover_nodes":[],"servers_running":[],"contenders_running":[],"nodes_unchecked":"cannot list /chaos: session expired"}}"#,
+            h[last].t_us
+        );
+        h[last] = serde_json::from_str(&line).unwrap();
+        let found = check(&h);
+        assert_eq!(found.len(), 1, "{found:#?}");
+        let shown = found[0].to_string();
+        assert!(shown.contains("could not check for nodes left"), "{shown}");
+        assert!(shown.contains("session expired"), "{shown}");
+        assert!(!shown.contains("nodes left under"), "{shown}");
     }
 
     fn pg_accepted(ms: u64, client: usize, token: u64, seq: u64) -> Record {

@@ -1,7 +1,9 @@
 //! The fault kinds a campaign injects, and the schedule a seed makes of them.
 
+use std::collections::HashSet;
 use std::fmt;
 use std::str::FromStr;
+use std::sync::Mutex;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -215,9 +217,113 @@ pub(crate) fn schedule(
     plan
 }
 
+/// How many servers may be hurt at once, and which are: a minority, so that a quorum
+/// remains. A server fault takes a slot with [`try_reserve`](Self::try_reserve) before it
+/// awaits anything (looking up the leader, say), so that two faults starting together cannot
+/// both pass the check; the slot is freed when its [`Reservation`] is dropped, after the heal.
+pub(crate) struct ServerBudget {
+    budget: usize,
+    state: Mutex<BudgetState>,
+}
+
+#[derive(Default)]
+struct BudgetState {
+    /// Slots taken, by faults that have or have not yet chosen their server.
+    reserved: usize,
+    /// The servers chosen.
+    hurt: HashSet<usize>,
+}
+
+impl ServerBudget {
+    /// At most `budget` servers hurt at once.
+    pub(crate) fn new(budget: usize) -> ServerBudget {
+        ServerBudget {
+            budget,
+            state: Mutex::new(BudgetState::default()),
+        }
+    }
+
+    /// A slot, if one is free.
+    pub(crate) fn try_reserve(&self) -> Option<Reservation<'_>> {
+        // The check and the taking under one lock: nothing between them can await.
+        let mut state = self.state.lock().unwrap();
+        if state.reserved >= self.budget {
+            return None;
+        }
+        state.reserved += 1;
+        Some(Reservation {
+            budget: self,
+            server: None,
+        })
+    }
+}
+
+/// One server fault's slot in the [`ServerBudget`]; freed (with its server) on drop.
+pub(crate) struct Reservation<'a> {
+    budget: &'a ServerBudget,
+    server: Option<usize>,
+}
+
+impl Reservation<'_> {
+    /// Chooses this fault's server: `choose` gets the servers other faults hurt now and
+    /// returns one of the others, or none.
+    pub(crate) fn claim(
+        &mut self,
+        choose: impl FnOnce(&HashSet<usize>) -> Option<usize>,
+    ) -> Option<usize> {
+        let mut state = self.budget.state.lock().unwrap();
+        let chosen = choose(&state.hurt)?;
+        state.hurt.insert(chosen);
+        self.server = Some(chosen);
+        Some(chosen)
+    }
+}
+
+impl Drop for Reservation<'_> {
+    fn drop(&mut self) {
+        let mut state = self.budget.state.lock().unwrap();
+        state.reserved -= 1;
+        if let Some(server) = self.server {
+            state.hurt.remove(&server);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_second_server_fault_cannot_pass_a_full_budget_before_the_first_has_chosen() {
+        let budget = ServerBudget::new(1);
+        let first = budget.try_reserve().expect("a free slot");
+        // The first has not chosen its server yet (it is awaiting the leader, say).
+        assert!(
+            budget.try_reserve().is_none(),
+            "a second server fault passed a budget of 1 while the first held its slot"
+        );
+        drop(first);
+        assert!(budget.try_reserve().is_some(), "the slot was not freed");
+    }
+
+    #[test]
+    fn reserved_faults_choose_different_servers_and_free_them_on_drop() {
+        let budget = ServerBudget::new(2);
+        let lowest_free = |hurt: &HashSet<usize>| (0..3).find(|s| !hurt.contains(s));
+        let mut a = budget.try_reserve().unwrap();
+        let mut b = budget.try_reserve().unwrap();
+        assert!(
+            budget.try_reserve().is_none(),
+            "a third slot in a budget of 2"
+        );
+        assert_eq!(a.claim(lowest_free), Some(0));
+        assert_eq!(b.claim(lowest_free), Some(1));
+        drop(a);
+        let mut c = budget.try_reserve().expect("a's slot freed");
+        assert_eq!(c.claim(lowest_free), Some(0), "a's server freed");
+        drop(b);
+        drop(c);
+    }
 
     const T: Duration = Duration::from_secs(4);
 

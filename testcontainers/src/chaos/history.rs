@@ -212,6 +212,24 @@ pub enum Event {
         /// Its kind.
         kind: FaultKind,
     },
+    /// A killed server did not start again (ZooKeeper refused its data, say): recorded
+    /// instead of the heal, which comes only once the server runs again.
+    RestartFailed {
+        /// The fault that killed it.
+        fault: usize,
+        /// The server (index from 0).
+        server: usize,
+        /// Why, with the server's last log lines.
+        error: String,
+    },
+    /// A server that did not start again had its data wiped (its `myid` kept), as an
+    /// operator would, so that it resyncs from the leader when started again.
+    ServerWiped {
+        /// The fault that killed it.
+        fault: usize,
+        /// The server (index from 0).
+        server: usize,
+    },
     /// A planned fault found no victim (no holder, no waiter, no leader at that moment).
     FaultSkipped {
         /// Its number in the schedule.
@@ -237,6 +255,11 @@ pub enum Event {
         servers_running: Vec<u32>,
         /// Contender processes still alive at the end.
         contenders_running: Vec<u32>,
+        /// Why the lock's children could not be listed until the deadline, if they could
+        /// not: then `leftover_nodes` is empty because nothing is known, not because nothing
+        /// was left.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        nodes_unchecked: Option<String>,
     },
 }
 

@@ -56,7 +56,7 @@ pub use check::{check, holds, Hold, Rule, Violation};
 pub use contender::contender_main;
 use contender::ContenderConfig;
 pub use faults::FaultKind;
-use faults::{Planned, Rng};
+use faults::{Planned, Reservation, Rng, ServerBudget};
 pub use history::{read_jsonl, write_jsonl, Event, Record};
 use register::RegisterServer;
 pub use timeline::{draw, draw_window};
@@ -258,6 +258,16 @@ impl Report {
         self.count(|e| matches!(e, Event::FaultSkipped { .. }))
     }
 
+    /// Times a killed server did not start again (ZooKeeper refused its data).
+    pub fn restart_failures(&self) -> usize {
+        self.count(|e| matches!(e, Event::RestartFailed { .. }))
+    }
+
+    /// Servers whose data was wiped so that they resync (after a failed restart).
+    pub fn wiped_servers(&self) -> usize {
+        self.count(|e| matches!(e, Event::ServerWiped { .. }))
+    }
+
     fn count(&self, f: impl Fn(&Event) -> bool) -> usize {
         self.history.iter().filter(|r| f(&r.event)).count()
     }
@@ -265,7 +275,9 @@ impl Report {
     /// The one-line summary, e.g. `zkfence chaos: seed 7, 60s: 41 grants, 97 writes
     /// accepted, 3 late writes refused, 14 faults (kill-leader 2, ...), 0 skipped, 0
     /// violations`; with PostgreSQL, `..., 3 late writes refused, PostgreSQL 96 writes
-    /// accepted, 4 late writes refused (1 judged otherwise by the register), 14 faults ...`.
+    /// accepted, 4 late writes refused (1 judged otherwise by the register), 14 faults ...`;
+    /// after a server that would not restart, `..., 0 skipped, 1 failed server restarts (1
+    /// servers wiped to resync), 0 violations`.
     pub fn summary(&self) -> String {
         let faults = self.faults();
         let total: usize = faults.values().sum();
@@ -281,9 +293,17 @@ impl Report {
         } else {
             String::new()
         };
+        // Only when it happened: most runs have none, and their line stays as it was.
+        let restarts = match self.restart_failures() {
+            0 => String::new(),
+            n => format!(
+                ", {n} failed server restarts ({} servers wiped to resync)",
+                self.wiped_servers()
+            ),
+        };
         format!(
             "zkfence chaos: seed {}, {}s: {} grants, {} writes accepted, {} late writes \
-             refused{postgres}, {} faults ({}), {} skipped, {} violations",
+             refused{postgres}, {} faults ({}), {} skipped{restarts}, {} violations",
             self.seed,
             self.duration.as_secs(),
             self.grants(),
@@ -355,7 +375,8 @@ struct Campaign {
     /// The token each contender holds now, as its events say.
     holding: Arc<Mutex<Vec<Option<u64>>>>,
     busy_clients: Mutex<HashSet<usize>>,
-    busy_servers: Mutex<HashSet<usize>>,
+    /// The servers hurt now: a minority at most, so that a quorum remains.
+    servers: ServerBudget,
 }
 
 /// Runs a campaign (see the module docs) and returns its report; the violations are in
@@ -419,7 +440,7 @@ pub async fn run(config: ChaosConfig) -> Result<Report, HarnessError> {
         slots: Mutex::new((0..config.clients).map(|_| None).collect()),
         holding: Arc::new(Mutex::new(vec![None; config.clients])),
         busy_clients: Mutex::new(HashSet::new()),
-        busy_servers: Mutex::new(HashSet::new()),
+        servers: ServerBudget::new((config.nodes - 1) / 2),
         config,
     });
     for client in 0..campaign.config.clients {
@@ -513,16 +534,20 @@ impl Campaign {
     /// Starts one planned fault, waits its time, heals it.
     async fn inject(&self, id: usize, p: Planned) {
         let mut rng = Rng::new(p.pick);
+        // A server fault takes its slot in the budget before anything else (see
+        // `ServerBudget`): two faults starting together cannot both pass a full budget.
+        let mut slot = None;
         if p.kind.hurts_a_server() {
-            // A minority of the servers at most, so that a quorum remains.
-            let budget = (self.config.nodes - 1) / 2;
             let deadline = Instant::now() + self.config.session_timeout * 4;
-            while self.busy_servers.lock().unwrap().len() >= budget {
+            slot = loop {
+                if let Some(r) = self.servers.try_reserve() {
+                    break Some(r);
+                }
                 if Instant::now() > deadline {
                     return self.skip(id, p.kind, "other servers were hurt meanwhile");
                 }
                 tokio::time::sleep(Duration::from_millis(100)).await;
-            }
+            };
         }
         let started = |client: Option<usize>, server: Option<usize>| {
             tracing::info!(fault = id, kind = %p.kind, ?client, ?server, lasts = ?p.lasts, "chaos: fault");
@@ -544,7 +569,8 @@ impl Campaign {
             | FaultKind::KillFollower
             | FaultKind::PauseServer
             | FaultKind::IsolateServer => {
-                let Some(server) = self.pick_server(p.kind, &mut rng).await else {
+                let mut slot = slot.expect("server faults reserve a slot");
+                let Some(server) = self.pick_server(p.kind, &mut rng, &mut slot).await else {
                     return self.skip(id, p.kind, "no server fits (no leader?)");
                 };
                 started(None, Some(server));
@@ -561,13 +587,16 @@ impl Campaign {
                     FaultKind::PauseServer => self.zk.resume(server),
                     FaultKind::IsolateServer => self.zk.heal_peers(server),
                     _ => {
-                        if let Err(e) = self.zk.start(server).await {
-                            tracing::error!(server, %e, "chaos: a killed server did not start again");
+                        if !restart_or_recover(&self.zk, server, id, &self.recorder).await {
+                            // Never healed: its slot stays taken, so that no other server
+                            // fault can take the quorum away too.
+                            std::mem::forget(slot);
+                            return;
                         }
                     }
                 }
                 healed();
-                self.busy_servers.lock().unwrap().remove(&server);
+                drop(slot);
             }
             FaultKind::DeleteWaiter => {
                 // Recorded first, like every fault: the deletion may be seen at once.
@@ -622,11 +651,25 @@ impl Campaign {
         });
     }
 
-    /// A server for `kind`, marked busy: the leader, a follower, or any (half of the time the
-    /// leader, for an isolation).
-    async fn pick_server(&self, kind: FaultKind, rng: &mut Rng) -> Option<usize> {
+    /// A server for `kind`, claimed in `slot`: the leader, a follower, or any (half of the
+    /// time the leader, for an isolation).
+    async fn pick_server(
+        &self,
+        kind: FaultKind,
+        rng: &mut Rng,
+        slot: &mut Reservation<'_>,
+    ) -> Option<usize> {
         let leader = self.zk.leader().await;
-        let mut busy = self.busy_servers.lock().unwrap();
+        slot.claim(|busy| self.choose_server(kind, leader, busy, rng))
+    }
+
+    fn choose_server(
+        &self,
+        kind: FaultKind,
+        leader: Option<usize>,
+        busy: &HashSet<usize>,
+        rng: &mut Rng,
+    ) -> Option<usize> {
         let free: Vec<usize> = (0..self.config.nodes)
             .filter(|i| !busy.contains(i) && self.zk.is_running(*i))
             .collect();
@@ -641,7 +684,6 @@ impl Campaign {
             FaultKind::IsolateServer if rng.percent(50) => leader.filter(|l| free.contains(l)),
             _ => pick(&free, rng),
         }?;
-        busy.insert(chosen);
         Some(chosen)
     }
 
@@ -773,6 +815,63 @@ impl Campaign {
         }
     }
 
+    /// The nodes left under the lock's path, polled until there are none or a deadline
+    /// (two session timeouts and 5 s: a killed contender's session has to expire first);
+    /// or, if no listing could be made by then, why not (never counted as nodes left).
+    ///
+    /// The admin session may have expired during the campaign: its client is asked for on
+    /// each pass (after an expiry the old handle belongs to the expired session), and if
+    /// the session cannot serve (closed, or still expired after a few tries), a fresh one
+    /// is opened.
+    async fn nodes_left(&self) -> (Vec<String>, Option<String>) {
+        let t = self.config.session_timeout;
+        let deadline = Instant::now() + t * 2 + Duration::from_secs(5);
+        let mut fresh: Option<Session> = None;
+        let mut failures = 0;
+        let result = loop {
+            let session = fresh.as_ref().unwrap_or(&self.admin);
+            let why = match tokio::time::timeout(t, session.client().list_children(LOCK_PATH)).await
+            {
+                Ok(Ok(left)) if left.is_empty() || Instant::now() > deadline => {
+                    let left = left.into_iter().map(|c| format!("{LOCK_PATH}/{c}"));
+                    break (left.collect(), None);
+                }
+                Ok(Ok(_)) => None,
+                Ok(Err(zkfence::zookeeper_client::Error::NoNode)) => break (Vec::new(), None),
+                Ok(Err(e)) => Some(format!("cannot list {LOCK_PATH}: {e}")),
+                Err(_) => Some(format!("listing {LOCK_PATH} took over {t:?}")),
+            };
+            if let Some(why) = why {
+                failures += 1;
+                tracing::warn!(%why, failures, "chaos: cannot check for nodes left yet");
+                if Instant::now() > deadline {
+                    break (
+                        Vec::new(),
+                        Some(format!("{why} (still after {failures} tries)")),
+                    );
+                }
+                let state = session.state();
+                let stuck = state.is_terminal()
+                    && (state != zkfence::SessionState::Expired || failures >= 3);
+                if stuck {
+                    let options = SessionOptions::new().session_timeout(self.config.tick_time * 20);
+                    let connect_string = self.zk.connect_string();
+                    let connect = Session::connect(&connect_string, options);
+                    if let Ok(Ok(s)) = tokio::time::timeout(t, connect).await {
+                        if let Some(old) = fresh.replace(s) {
+                            old.close().await;
+                        }
+                    }
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        };
+        if let Some(s) = fresh {
+            s.close().await;
+        }
+        result
+    }
+
     /// Stops the contenders, looks for leftovers, stops the ensemble, checks, writes.
     async fn finish(self) -> Result<Report, HarnessError> {
         let t = self.config.session_timeout;
@@ -801,23 +900,7 @@ impl Campaign {
             }
         }
         // A killed contender's session lingers until it expires: give it that long.
-        let client = self.admin.client();
-        let deadline = Instant::now() + t * 2 + Duration::from_secs(5);
-        let leftover_nodes = loop {
-            let left = match client.list_children(LOCK_PATH).await {
-                Ok(children) => children,
-                Err(zkfence::zookeeper_client::Error::NoNode) => Vec::new(),
-                Err(e) => vec![format!("(cannot list {LOCK_PATH}: {e})")],
-            };
-            if left.is_empty() || Instant::now() > deadline {
-                break left
-                    .into_iter()
-                    .map(|c| format!("{LOCK_PATH}/{c}"))
-                    .collect::<Vec<_>>();
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        };
-        drop(client);
+        let (leftover_nodes, nodes_unchecked) = self.nodes_left().await;
         self.admin.close().await;
         let mut server_pids: Vec<u32> = (0..self.config.nodes)
             .filter_map(|i| self.zk.pid(i))
@@ -846,6 +929,7 @@ impl Campaign {
             leftover_nodes,
             servers_running,
             contenders_running,
+            nodes_unchecked,
         });
 
         let history = self.recorder.snapshot();
@@ -932,6 +1016,55 @@ async fn start_postgres() -> Result<(Postgres, tokio_postgres::Client), HarnessE
     Ok((pg, db))
 }
 
+/// Starts killed server `server` again (for fault `fault`). If it does not start (in
+/// ZooKeeper 3.8.0 a server killed while writing the leader's snapshot may refuse its own
+/// data: "The current epoch, a, is older than the last zxid", ZOOKEEPER-2354), records
+/// [`Event::RestartFailed`], wipes its data as an operator would (its `myid` kept;
+/// [`Event::ServerWiped`]) and starts it again, to resync from the leader. Returns whether
+/// it serves again (then the caller records the heal); if not, both failures are recorded.
+async fn restart_or_recover(
+    zk: &Ensemble,
+    server: usize,
+    fault: usize,
+    recorder: &Recorder,
+) -> bool {
+    let Err(e) = zk.start(server).await else {
+        return true;
+    };
+    tracing::error!(server, %e, "chaos: a killed server did not start again; wiping its data");
+    recorder.record(Event::RestartFailed {
+        fault,
+        server,
+        error: e.to_string(),
+    });
+    zk.kill(server);
+    if let Err(e) = zk.wipe_data(server) {
+        tracing::error!(server, %e, "chaos: cannot wipe a server's data");
+        recorder.record(Event::RestartFailed {
+            fault,
+            server,
+            error: format!("cannot wipe its data: {e}"),
+        });
+        return false;
+    }
+    recorder.record(Event::ServerWiped { fault, server });
+    match zk.start(server).await {
+        Ok(()) => {
+            tracing::info!(server, "chaos: a wiped server serves again");
+            true
+        }
+        Err(e) => {
+            tracing::error!(server, %e, "chaos: a wiped server did not start either");
+            recorder.record(Event::RestartFailed {
+                fault,
+                server,
+                error: format!("after wiping its data: {e}"),
+            });
+            false
+        }
+    }
+}
+
 /// Keeps `holding` in step with a contender's events.
 fn note_holding(holding: &Mutex<Vec<Option<u64>>>, event: &Event) {
     let mut holding = holding.lock().unwrap();
@@ -960,4 +1093,79 @@ fn sequence_of(name: &str) -> i64 {
 fn alive(pid: u32) -> bool {
     // SAFETY: signal 0 only checks for existence.
     unsafe { libc::kill(pid as i32, 0) == 0 }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use zkfence::zookeeper_client::{Acls, CreateMode};
+
+    /// ZOOKEEPER-2354 as the 30-minute campaign met it, reproduced in seconds: a follower
+    /// whose `currentEpoch` is older than its last zxid refuses to start; the campaign
+    /// records that, wipes the follower's data (keeping its `myid`) and it resyncs.
+    #[tokio::test]
+    async fn a_follower_refusing_its_epoch_is_recorded_wiped_and_healed() {
+        let zk = Ensemble::builder().nodes(3).start().await.unwrap();
+        let leader = zk.wait_for_leader(Duration::from_secs(10)).await.unwrap();
+        let follower = (leader + 1) % 3;
+        let step = Duration::from_secs(10);
+        let session = Session::connect(&zk.connect_string(), SessionOptions::new())
+            .await
+            .unwrap();
+        let acl = CreateMode::Persistent.with_acls(Acls::anyone_all());
+        tokio::time::timeout(step, session.client().create("/kept", b"v1", &acl))
+            .await
+            .unwrap()
+            .unwrap();
+        session.close().await;
+        // Once the follower serves /kept, its own log holds that epoch-1 zxid.
+        let direct = zk.node_connect_string(follower);
+        let s = Session::connect(&direct, SessionOptions::new())
+            .await
+            .unwrap();
+        s.client().sync("/kept").await.unwrap();
+        let (data, _) = s.client().get_data("/kept").await.unwrap();
+        assert_eq!(data, b"v1");
+        s.close().await;
+
+        zk.kill(follower);
+        let epoch = zk.data_dir(follower).join("version-2/currentEpoch");
+        std::fs::write(&epoch, "0").unwrap();
+
+        let recorder = Recorder::new();
+        let serves = restart_or_recover(&zk, follower, 7, &recorder).await;
+        let events: Vec<Event> = recorder.snapshot().into_iter().map(|r| r.event).collect();
+        assert!(serves, "not recovered: {events:#?}");
+        assert_eq!(events.len(), 2, "{events:#?}");
+        match &events[0] {
+            Event::RestartFailed {
+                fault: 7,
+                server,
+                error,
+            } => {
+                assert_eq!(*server, follower);
+                assert!(error.contains("older than the last zxid"), "{error}");
+            }
+            other => panic!("not a restart failure: {other:?}"),
+        }
+        assert_eq!(
+            events[1],
+            Event::ServerWiped {
+                fault: 7,
+                server: follower
+            }
+        );
+        let myid = std::fs::read_to_string(zk.data_dir(follower).join("myid")).unwrap();
+        assert_eq!(myid.trim(), (follower + 1).to_string());
+        // Resynced from the leader: it serves the data it had wiped.
+        let s = Session::connect(&direct, SessionOptions::new())
+            .await
+            .unwrap();
+        let (data, _) = tokio::time::timeout(step, s.client().get_data("/kept"))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(data, b"v1");
+        s.close().await;
+    }
 }

@@ -77,6 +77,57 @@ impl Ensemble {
         self.start(i).await
     }
 
+    /// Removes the state a stopped node `i` keeps on disk (its snapshots, transaction logs
+    /// and epoch files) but not its `myid`, so that its next [`start`](Self::start) rejoins
+    /// as an empty follower and fetches everything from the leader, as an operator recovers
+    /// a server whose data ZooKeeper refuses to load (e.g. "The current epoch, a, is older
+    /// than the last zxid", ZOOKEEPER-2354: killed while writing a snapshot from the leader).
+    /// Only for a node that is not running, in an ensemble of 3 or more whose others hold
+    /// the data: wiping a majority (or a single node) loses the ensemble's data.
+    ///
+    /// ```no_run
+    /// # async fn example() -> Result<(), zkfence_testcontainers::HarnessError> {
+    /// let zk = zkfence_testcontainers::Ensemble::builder().nodes(3).start().await?;
+    /// zk.kill(2);
+    /// if zk.start(2).await.is_err() {
+    ///     zk.wipe_data(2)?;
+    ///     zk.start(2).await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Notable errors
+    /// [`HarnessError::Io`] if the node is running (nothing is removed), or if its files
+    /// cannot be removed.
+    pub fn wipe_data(&self, i: usize) -> Result<(), HarnessError> {
+        if self.is_running(i) {
+            return Err(std::io::Error::other(format!(
+                "node {i} is running: stop or kill it before wiping its data"
+            ))
+            .into());
+        }
+        let data = self.data_dir(i);
+        for entry in fs::read_dir(&data)? {
+            let entry = entry?;
+            if entry.file_name() == "myid" {
+                continue;
+            }
+            if entry.file_type()?.is_dir() {
+                fs::remove_dir_all(entry.path())?;
+            } else {
+                fs::remove_file(entry.path())?;
+            }
+        }
+        tracing::info!(node = i, dir = %data.display(), "wiped a stopped server's data (kept its myid)");
+        Ok(())
+    }
+
+    /// Node `i`'s `dataDir`: its `myid`, and under `version-2` its epochs, snapshots and
+    /// transaction logs.
+    pub fn data_dir(&self, i: usize) -> std::path::PathBuf {
+        self.nodes[i].dir.join("data")
+    }
+
     /// Freezes node `i` with SIGSTOP: its sockets stay open but it answers nothing.
     ///
     /// Returns once every thread of the server is stopped (the kernel stops them
