@@ -220,7 +220,12 @@ impl Lock {
     }
 
     /// Takes the lock if nobody holds or waits for it; never waits behind a holder.
-    /// Returns `Ok(None)` when it is taken (after one read, without writing anything).
+    /// Returns `Ok(None)` when it is taken, without writing anything: after a read and, when
+    /// that read shows it taken, a `sync` with the leader and a second read, so that a server
+    /// behind the leader (a follower cut off from it still answers reads) does not report a
+    /// lock released before this call as taken. (A leader itself cut off from its peers
+    /// answers a `sync` alone for up to about one tickTime after a new leader exists; only a
+    /// write would rule that out.)
     ///
     /// # Cancel safety
     /// Cancel safe: a dropped call leaves no node behind.

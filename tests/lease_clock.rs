@@ -232,3 +232,65 @@ async fn a_quiet_holder_on_a_cut_off_follower_knows_first() {
 async fn a_cut_right_after_a_keepalive_with_a_small_margin_still_lets_the_holder_know_first() {
     trials(Traffic::CutAfterKeepalive, 10, "cut after keepalive").await;
 }
+
+/// `try_acquire` reads the queue before it writes anything; a follower cut off from its
+/// leader still answers that read (for `syncLimit × tickTime`) with what it last heard, which
+/// can show a lock released before the call as still held. The answer "taken" must not come
+/// from such a server: a lock free before the call is granted, or the call fails, but it is
+/// never reported taken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn try_acquire_on_a_cut_off_follower_never_reports_a_released_lock_taken() {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let zk = ensemble();
+    let leader = zk.wait_for_leader(Duration::from_secs(20)).await.unwrap();
+    let follower = (0..zk.len()).find(|&i| i != leader).unwrap();
+    let dir = unique_path("try-stale-follower");
+    let holder = connect(&zk.node_connect_string(leader), T).await;
+    let trier = connect(&zk.node_connect_string(follower), T).await;
+    let lease = holder.lock(&dir).acquire().await.unwrap();
+    // The follower has seen the holder's node.
+    eventually(
+        Duration::from_secs(5),
+        "the follower lists the holder",
+        || async { children(&trier, &dir).await.len() == 1 },
+    )
+    .await;
+    zk.isolate(follower);
+    lease.release().await.unwrap();
+    let released = Instant::now();
+    let tried = tokio::time::timeout(Duration::from_secs(30), trier.lock(&dir).try_acquire())
+        .await
+        .expect("try_acquire answers");
+    let outcome = match &tried {
+        Ok(Some(_)) => "granted".to_string(),
+        Ok(None) => "reported taken".to_string(),
+        Err(e) => format!("failed: {e}"),
+    };
+    eprintln!(
+        "try_acquire {:?} after the release: {outcome}",
+        released.elapsed()
+    );
+    zk.heal_all_peers();
+    zk.wait_serving(follower, Duration::from_secs(30))
+        .await
+        .expect("the follower rejoins");
+    // Back in the quorum before the next trial cuts a server off.
+    let rejoined = connect(&zk.node_connect_string(follower), T).await;
+    eventually(
+        Duration::from_secs(30),
+        "the follower syncs again",
+        || async {
+            tokio::time::timeout(Duration::from_secs(2), rejoined.client().sync("/"))
+                .await
+                .is_ok_and(|r| r.is_ok())
+        },
+    )
+    .await;
+    assert!(
+        !matches!(tried, Ok(None)),
+        "a lock released before try_acquire was reported taken by a follower cut off from its leader"
+    );
+    if let Ok(Some(lease)) = tried {
+        lease.release().await.unwrap();
+    }
+}

@@ -226,22 +226,12 @@ impl Queue {
         telemetry::acquire_started(&tag);
         let span =
             tracing::info_span!("zkfence.acquire", dir = %self.dir, node = tracing::field::Empty);
-        // Built inside each arm, not bound to a name first: a future moved out of a named
-        // local still takes its room in this one's state beside the one awaited, which
-        // doubled what every waiter keeps while it waits.
+        let wait = self
+            .enqueue_and_wait(&uuid, &mut pending, &mut progress)
+            .instrument(span);
         let timed = match deadline {
-            None => Ok(self
-                .enqueue_and_wait(&uuid, &mut pending, &mut progress)
-                .instrument(span)
-                .await),
-            Some(deadline) => {
-                tokio::time::timeout_at(
-                    deadline,
-                    self.enqueue_and_wait(&uuid, &mut pending, &mut progress)
-                        .instrument(span),
-                )
-                .await
-            }
+            None => Ok(wait.await),
+            Some(deadline) => tokio::time::timeout_at(deadline, wait).await,
         };
         let result = match timed {
             Ok(result) => result,
@@ -280,11 +270,21 @@ impl Queue {
         let started = Instant::now();
         let tag = self.tag();
         telemetry::acquire_started(&tag);
-        // A read first: when the lock is taken we answer without writing anything.
-        if let Some(children) = self.shared().list(&self.dir).await? {
+        // A read first: when the lock is taken we answer without writing anything. But our
+        // server may be behind the leader (a follower cut off from it answers reads with
+        // what it last heard) and show a lock released before this call as still taken:
+        // "taken" is said only after a `sync` (a round trip to the leader, no transaction)
+        // and a second read. A lock that looks free needs neither: the create and the
+        // listing behind it decide.
+        let shared = self.shared();
+        if let Some(children) = shared.list(&self.dir).await? {
             if self.admission().blocked_by(&children) {
-                telemetry::timed_out(&tag);
-                return Ok(None);
+                shared.sync(&self.dir).await?;
+                let still = shared.list(&self.dir).await?;
+                if still.is_some_and(|children| self.admission().blocked_by(&children)) {
+                    telemetry::timed_out(&tag);
+                    return Ok(None);
+                }
             }
         }
         let uuid = self.uuid.unwrap_or_else(uuid::Uuid::new_v4);

@@ -240,7 +240,7 @@ pub async fn run(bench: &Bench, report: &mut Report) -> Result<()> {
             .checked()
             .detail(
                 "what every waiting task carries: a step kept beside the one awaited \
-                     (a moved-from local, a temporary of `?`) shows here first",
+                     (a finished step's local, a temporary of `?`) shows here first",
             ),
         ),
     );
