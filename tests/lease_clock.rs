@@ -162,11 +162,22 @@ async fn trial(zk: &Ensemble, traffic: Traffic, n: usize) -> Trial {
     assert_eq!(reason, LossReason::ClockLapsed, "trial {n}: {reason}");
     new_lease.release().await.unwrap();
 
+    heal_and_rejoin(zk, follower).await;
+
+    Trial {
+        lost_after_cut: lost_at - cut,
+        deleted_after_cut: deleted_at - cut,
+        granted_after_cut: granted_at - cut,
+    }
+}
+
+/// Heals every server link and waits until `follower` is back in the quorum (it syncs with
+/// the leader again), so the next trial starts from a whole ensemble.
+async fn heal_and_rejoin(zk: &Ensemble, follower: usize) {
     zk.heal_all_peers();
     zk.wait_serving(follower, Duration::from_secs(30))
         .await
         .expect("the follower rejoins");
-    // Wait until the healed follower is back in the quorum (it serves writes again).
     let rejoined = connect(&zk.node_connect_string(follower), T).await;
     eventually(
         Duration::from_secs(30),
@@ -178,12 +189,6 @@ async fn trial(zk: &Ensemble, traffic: Traffic, n: usize) -> Trial {
         },
     )
     .await;
-
-    Trial {
-        lost_after_cut: lost_at - cut,
-        deleted_after_cut: deleted_at - cut,
-        granted_after_cut: granted_at - cut,
-    }
 }
 
 async fn trials(traffic: Traffic, count: usize, name: &str) {
@@ -270,22 +275,7 @@ async fn try_acquire_on_a_cut_off_follower_never_reports_a_released_lock_taken()
         "try_acquire {:?} after the release: {outcome}",
         released.elapsed()
     );
-    zk.heal_all_peers();
-    zk.wait_serving(follower, Duration::from_secs(30))
-        .await
-        .expect("the follower rejoins");
-    // Back in the quorum before the next trial cuts a server off.
-    let rejoined = connect(&zk.node_connect_string(follower), T).await;
-    eventually(
-        Duration::from_secs(30),
-        "the follower syncs again",
-        || async {
-            tokio::time::timeout(Duration::from_secs(2), rejoined.client().sync("/"))
-                .await
-                .is_ok_and(|r| r.is_ok())
-        },
-    )
-    .await;
+    heal_and_rejoin(zk, follower).await;
     assert!(
         !matches!(tried, Ok(None)),
         "a lock released before try_acquire was reported taken by a follower cut off from its leader"
