@@ -155,6 +155,8 @@ impl Clock {
 struct Touch {
     sent: Instant,
     arrived: Instant,
+    /// The arrival of the first answer merged into this touch (see `record_touch`).
+    first_arrived: Instant,
 }
 
 /// The touches and proofs seen so far, and what they vouch for: the rule of the module docs,
@@ -190,6 +192,7 @@ impl Evidence {
             touches: VecDeque::from([Touch {
                 sent: connect_sent,
                 arrived: connect_sent,
+                first_arrived: connect_sent,
             }]),
             latest_proof: None,
         }
@@ -208,7 +211,11 @@ impl Evidence {
         sent: Instant,
         arrived: Instant,
     ) -> Option<Instant> {
-        self.record_touch(Touch { sent, arrived });
+        self.record_touch(Touch {
+            sent,
+            arrived,
+            first_arrived: arrived,
+        });
         let cap = match answer {
             Answer::Read => return None,
             Answer::Committed => None,
@@ -234,12 +241,25 @@ impl Evidence {
     }
 
     fn record_touch(&mut self, touch: Touch) {
-        // Answers mostly arrive in order; a touch within a millisecond after the newest adds
-        // nothing worth its memory on a busy session (dropping it only under-counts).
-        match self.touches.back() {
+        // Answers mostly arrive in order; those arriving within a millisecond of the first
+        // answer of the newest touch are merged into it, so a busy session keeps at most one
+        // touch a millisecond. The merged touch is sent at the later send time and arrived at
+        // the later arrival: the request sent later reached the server between the two, so it
+        // is a touch; keeping the earlier send time dated a read from the slow keepalive whose
+        // answer came just before it. The window is anchored at the first arrival so a steady
+        // stream of answers cannot keep pushing one touch's arrival past every proof. The
+        // head (the latest proven touch) is never merged into: moving its arrival could
+        // un-prove it.
+        let len = self.touches.len();
+        match self.touches.back_mut() {
             Some(last)
-                if touch.arrived >= last.arrived
-                    && touch.arrived <= last.arrived + Duration::from_millis(1) => {}
+                if len > 1
+                    && touch.arrived >= last.arrived
+                    && touch.arrived <= last.first_arrived + Duration::from_millis(1) =>
+            {
+                last.sent = last.sent.max(touch.sent);
+                last.arrived = touch.arrived;
+            }
             Some(last) if touch.arrived < last.arrived => {
                 let at = self.touches.partition_point(|t| t.arrived <= touch.arrived);
                 self.touches.insert(at, touch);
@@ -655,6 +675,52 @@ mod tests {
             e.answered(Answer::Committed, t0 + ms(5500), t0 + ms(5510)),
             Some(t0 + ms(1000) + T - SLACK)
         );
+    }
+
+    /// Answers that arrive together (a slow keepalive's, then a read sent long after it, in
+    /// one socket read) are kept as one touch; it must carry the *later* send time. Keeping
+    /// the keepalive's dated the read's touch from the keepalive, so a renew a report lag
+    /// later vouched for less than the read (CI: `renew_confirms_and_extends_valid_until`).
+    #[test]
+    fn answers_arriving_together_keep_the_latest_send_time() {
+        let t0 = Instant::now();
+        let mut e = Evidence::new(T, SLACK, None, t0);
+        e.answered(Answer::Read, t0 + ms(100), t0 + ms(200));
+        // A keepalive sent at 0.5 s answers at 1.0 s; a read sent at 0.9 s answers 0.3 ms later.
+        e.answered(Answer::Read, t0 + ms(500), t0 + ms(1000));
+        e.answered(
+            Answer::Read,
+            t0 + ms(900),
+            t0 + ms(1000) + Duration::from_micros(300),
+        );
+        assert_eq!(
+            e.answered(Answer::Committed, t0 + ms(4000), t0 + ms(4000)),
+            Some(t0 + ms(900) + T - SLACK),
+            "the read's send time is vouched for"
+        );
+    }
+
+    /// A busy session's answers, one every half millisecond, are merged into touches at
+    /// most a millisecond wide, so a proof still finds one a report lag old.
+    #[test]
+    fn a_steady_stream_of_answers_still_gets_proven() {
+        let t0 = Instant::now();
+        let mut e = Evidence::new(T, SLACK, None, t0);
+        let half = Duration::from_micros(500);
+        let mut at = t0 + ms(100);
+        while at < t0 + ms(3000) {
+            e.answered(Answer::Read, at - Duration::from_micros(200), at);
+            at += half;
+        }
+        // reported_by = 4.0 s - 2.4 s = 1.6 s: a touch sent within a millisecond before it.
+        let until = e.answered(Answer::Committed, t0 + ms(4000), t0 + ms(4000));
+        let until = until.expect("a proof");
+        assert!(
+            until >= t0 + ms(1598) + T - SLACK && until <= t0 + ms(1600) + T - SLACK,
+            "{:?}",
+            until - t0
+        );
+        assert!(e.touches.len() < 3000, "{} touches kept", e.touches.len());
     }
 
     /// Issue 25: a deposed leader answers syncs, so without a declared tickTime an answered
