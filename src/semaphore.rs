@@ -174,22 +174,44 @@ impl Semaphore {
 
     async fn acquire_until(&self, deadline: Option<Instant>) -> Result<Lease> {
         crate::node::validate_path(&self.path)?;
-        self.check_permits().await?;
+        let started = Instant::now();
+        self.check_permits_until(deadline, started).await?;
         let mutex = self.turn();
         let turn = match deadline {
             None => mutex.acquire().await?,
             Some(deadline) => mutex
                 .acquire_timeout(deadline.saturating_duration_since(Instant::now()))
                 .await
-                .map_err(|e| self.timeout_for_semaphore(e))?,
+                .map_err(|e| self.timeout_for_semaphore(e, started))?,
         };
-        // Our turn: we are the only one waiting for a permit.
-        self.check_permits().await?;
+        // Our turn: we are the only one waiting for a permit. Dropping the turn on an error
+        // hands it on (the delete goes on in the background).
+        self.check_permits_until(deadline, started).await?;
         let grant = self.leases().join(deadline).await;
-        // Hand the turn on at once (the delete goes on in the background).
         drop(turn);
-        let grant = grant.map_err(|e| self.timeout_for_semaphore(e))?;
+        let grant = grant.map_err(|e| self.timeout_for_semaphore(e, started))?;
         Ok(Lease::new(self.leases_dir(), grant, Claim::none()))
+    }
+
+    /// [`check_permits`](Self::check_permits) within the acquire's deadline: a silent ensemble
+    /// must not hold a timed acquire past it (the listing would wait for the session to end).
+    async fn check_permits_until(&self, deadline: Option<Instant>, started: Instant) -> Result<()> {
+        let Some(deadline) = deadline else {
+            return self.check_permits().await;
+        };
+        match tokio::time::timeout_at(deadline, self.check_permits()).await {
+            Ok(checked) => checked,
+            Err(_) => {
+                tracing::debug!(path = %self.path, "semaphore acquire timed out checking the holders' limit");
+                Err(Error::Timeout {
+                    path: self.path.clone(),
+                    waited: started.elapsed(),
+                    // Not looked at: the listing that would tell did not answer.
+                    ahead: 0,
+                    holder: None,
+                })
+            }
+        }
     }
 
     /// Takes a permit if one is free and nobody is waiting for one; never waits.
@@ -227,16 +249,11 @@ impl Semaphore {
     }
 
     /// A timeout of the inner lock or leases queue, reported against the semaphore.
-    fn timeout_for_semaphore(&self, err: Error) -> Error {
+    fn timeout_for_semaphore(&self, err: Error, started: Instant) -> Error {
         match err {
-            Error::Timeout {
-                waited,
-                ahead,
-                holder,
-                ..
-            } => Error::Timeout {
+            Error::Timeout { ahead, holder, .. } => Error::Timeout {
                 path: self.path.clone(),
-                waited,
+                waited: started.elapsed(),
                 ahead,
                 holder,
             },

@@ -112,9 +112,12 @@ async fn acquire_timeout_returns_on_time_when_the_ensemble_stops_answering() {
         } else {
             dir.clone()
         };
+        // The waiter's own node, by its session: the holder may still have one of its own
+        // in the semaphore's turn directory for a moment.
+        let waiter_id = waiter_session.client().session_id().0;
         eventually(Duration::from_secs(5), "the waiter is queued", || async {
-            !children(&holder_session, &queued).await.is_empty()
-                && (semaphore || children(&holder_session, &queued).await.len() == 2)
+            let contenders = holder_session.lock(&queued).contenders().await.unwrap();
+            contenders.iter().any(|c| c.session_id == waiter_id)
         })
         .await;
         proxy.blackhole();
@@ -146,6 +149,53 @@ async fn acquire_timeout_returns_on_time_when_the_ensemble_stops_answering() {
             },
         )
         .await;
+    }
+}
+
+/// Every step of a timed acquire is inside its deadline, the ones before it queues too: the
+/// semaphore's check of its holders' limit waited for the session to expire (CI: `Err
+/// (SessionExpired)` instead of `Timeout` when the ensemble went silent before the waiter
+/// queued).
+#[tokio::test]
+async fn acquire_timeout_returns_on_time_when_the_ensemble_is_silent_from_the_start() {
+    let zk = shared_ensemble();
+    for kind in ["lock", "semaphore", "multi-lock"] {
+        let dir = unique_path("silent-from-start");
+        let proxy = zk.proxy().await.unwrap();
+        let session = connect(&proxy.connect_string(), T).await;
+        proxy.blackhole();
+        let timeout = Duration::from_secs(2);
+        let started = Instant::now();
+        let result = tokio::time::timeout(Duration::from_secs(15), async {
+            match kind {
+                "lock" => session.lock(&dir).acquire_timeout(timeout).await.map(drop),
+                "semaphore" => session
+                    .semaphore(&dir, 1)
+                    .acquire_timeout(timeout)
+                    .await
+                    .map(drop),
+                _ => {
+                    let (a, b) = (format!("{dir}/a"), format!("{dir}/b"));
+                    session
+                        .multi_lock(&[&a, &b])
+                        .acquire_timeout(timeout)
+                        .await
+                        .map(drop)
+                }
+            }
+        })
+        .await
+        .expect("acquire_timeout returns");
+        let took = started.elapsed();
+        assert!(
+            matches!(result, Err(Error::Timeout { .. })),
+            "{kind}: {result:?} after {took:?}"
+        );
+        assert!(
+            took < timeout + Duration::from_secs(1),
+            "{kind}: acquire_timeout({timeout:?}) returned after {took:?}"
+        );
+        proxy.heal();
     }
 }
 
