@@ -42,6 +42,39 @@ pub async fn floor_cycle(client: &zkc::Client, dir: &str) -> Result<()> {
     Ok(())
 }
 
+/// One cycle of the protocol floor on a lock whose directory is gone (a fresh lock): the
+/// directory's create (a container, as ours), the node's create and the listing sent together
+/// (one round trip, two transactions), then the delete. Known missing by construction: the
+/// caller waited for the server to remove it.
+pub async fn fresh_floor_cycle(client: &zkc::Client, dir: &str) -> Result<()> {
+    let prefix = format!("{dir}/_c_{}-lock-", uuid::Uuid::new_v4());
+    let container = zkc::CreateMode::Container.with_acls(zkc::Acls::anyone_all());
+    // zookeeper-client sends a request when it is called, so these three go out together.
+    let directory = client.create(dir, b"", &container);
+    let node = client.create(&prefix, b"", &ephemeral_sequential());
+    let listing = client.list_children(dir);
+    let (directory, node, listing) = futures::join!(directory, node, listing);
+    match directory {
+        Ok(_) | Err(zkc::Error::NodeExists) => {}
+        Err(e) => return Err(e.into()),
+    }
+    let (_, sequence) = node?;
+    listing?;
+    client.delete(&format!("{prefix}{sequence}"), None).await?;
+    Ok(())
+}
+
+/// [`floor_cycle`] on a container directory the server may remove in the instant it is empty
+/// between two cycles: a create that finds it gone makes it again, as a lock must.
+pub async fn floor_cycle_regrowing(client: &zkc::Client, dir: &str) -> Result<()> {
+    match floor_cycle(client, dir).await {
+        Err(e) if matches!(e.downcast_ref::<zkc::Error>(), Some(zkc::Error::NoNode)) => {
+            fresh_floor_cycle(client, dir).await
+        }
+        other => other,
+    }
+}
+
 /// The protocol done with raw `zookeeper-client` calls and nothing else: create, list, watch
 /// the predecessor, hold without listing again when the predecessor was the head of our
 /// listing. Run in the same closed loop as ours, it is the floor under the same load: what is

@@ -21,7 +21,7 @@ use zookeeper_client as zkc;
 
 use super::round_trips::{timed_acquire, Delayed, ONE_WAY};
 use super::{join_all_ok, timed_cycles};
-use crate::arms::mkdir;
+use crate::arms::{floor_cycle_regrowing, fresh_floor_cycle, mkdir};
 use crate::report::{Goal, Report, Row};
 use crate::server::Bench;
 use crate::stats::{ms, order, paired, round3, Arm, Samples};
@@ -324,27 +324,41 @@ async fn idle(bench: &Bench, report: &mut Report) -> Result<()> {
     lock.acquire().await?.release().await?;
     let mut last = Instant::now();
 
+    // The protocol by hand on a directory of its own, beside ours in each round: the same
+    // fresh cycle (directory, node and listing together) and the same hot cycles after it,
+    // so the fresh/hot ratio the protocol itself has is measured under the same load.
+    let floor = bench.raw().await?;
+    let floor_dir = format!("{parent}/floor-lock");
+    fresh_floor_cycle(&floor, &floor_dir).await?;
+
     let (mut regrow, mut hot_arm) = (Arm::default(), Arm::default());
+    let (mut floor_fresh, mut floor_hot) = (Arm::default(), Arm::default());
     let mut waits = Vec::with_capacity(cycles);
     let one = std::slice::from_ref(&session);
-    for _ in 0..cycles {
-        // Wait until the server has removed the directory: the cycle measured next must find
-        // it gone (polled on another connection, so not counted).
-        waits.push(
-            wait_gone(
-                &watcher,
-                &dir,
-                Duration::from_secs(10) + CONTAINER_CHECK * 20,
-            )
-            .await?,
-        );
+    let removal_deadline = Duration::from_secs(10) + CONTAINER_CHECK * 20;
+    for round in 0..cycles {
+        // Wait until the server has removed both directories: the cycles measured next must
+        // find them gone (polled on another connection, so not counted).
+        waits.push(wait_gone(&watcher, &dir, removal_deadline).await?);
+        wait_gone(&watcher, &floor_dir, removal_deadline).await?;
         tokio::time::sleep_until((last + idle_at_least).into()).await;
-        let work = timed_cycles(1, || async { Ok(lock.acquire().await?.release().await?) });
-        regrow.push(bench.measure_ours(one, work).await?);
-        let work = timed_cycles(HOT_AFTER_IDLE, || async {
-            Ok(lock.acquire().await?.release().await?)
-        });
-        hot_arm.push(bench.measure_ours(one, work).await?);
+        for ours in order(&[true, false], round) {
+            if ours {
+                let work = timed_cycles(1, || async { Ok(lock.acquire().await?.release().await?) });
+                regrow.push(bench.measure_ours(one, work).await?);
+                let work = timed_cycles(HOT_AFTER_IDLE, || async {
+                    Ok(lock.acquire().await?.release().await?)
+                });
+                hot_arm.push(bench.measure_ours(one, work).await?);
+            } else {
+                let clients = std::slice::from_ref(&floor);
+                let work = timed_cycles(1, || fresh_floor_cycle(&floor, &floor_dir));
+                floor_fresh.push(bench.measure_raw(clients, work).await?);
+                let work =
+                    timed_cycles(HOT_AFTER_IDLE, || floor_cycle_regrowing(&floor, &floor_dir));
+                floor_hot.push(bench.measure_raw(clients, work).await?);
+            }
+        }
         // The session's last create in the directory was in the last hot cycle.
         last = Instant::now();
     }
@@ -354,7 +368,6 @@ async fn idle(bench: &Bench, report: &mut Report) -> Result<()> {
     let delayed = Delayed::connect(bench).await?;
     let removed_path = format!("{parent}/delayed");
     let removed_lock = delayed.session.lock(&removed_path);
-    let removal_deadline = Duration::from_secs(10) + CONTAINER_CHECK * 20;
     // As above: one removal seen first, and every measured acquire idle at least as long.
     let first = Instant::now();
     removed_lock.acquire().await?.release().await?;
@@ -384,6 +397,8 @@ async fn idle(bench: &Bench, report: &mut Report) -> Result<()> {
 
     let rpc = regrow.requests_per_op_without_keepalives();
     let ratio = paired(&regrow, &hot_arm, |s| ms(s.p50()));
+    let floor_ratio = paired(&floor_fresh, &floor_hot, |s| ms(s.p50()));
+    let vs_floor = paired(&regrow, &floor_fresh, |s| ms(s.p50()));
     let uncontended = report
         .get("uncontended")
         .and_then(|u| u["requests_per_cycle_without_keepalives"].as_f64());
@@ -400,10 +415,19 @@ async fn idle(bench: &Bench, report: &mut Report) -> Result<()> {
             "hot_requests_per_cycle": round3(hot_arm.requests_per_op_without_keepalives()),
             "uncontended_requests_per_cycle": uncontended.map(round3),
             "ratio_p50_vs_hot": ratio.json(),
+            "floor_p50_ms": round3(floor_fresh.pct_ms(0.5)),
+            "floor_hot_p50_ms": round3(floor_hot.pct_ms(0.5)),
+            "floor_ratio_p50_vs_hot": floor_ratio.json(),
+            "ratio_p50_vs_floor": vs_floor.json(),
             "waited_for_removal_s": waited,
             "round_trips_before_grant_removed": removed.json(),
             "round_trips_before_grant_unseen": unseen.json(),
-            "arms": { "regrow": regrow.json(), "hot": hot_arm.json() },
+            "arms": {
+                "regrow": regrow.json(),
+                "hot": hot_arm.json(),
+                "floor_fresh": floor_fresh.json(),
+                "floor_hot": floor_hot.json(),
+            },
         }),
     );
     let scenario = "7 idle directory (removed by the container check)";
@@ -445,6 +469,21 @@ async fn idle(bench: &Bench, report: &mut Report) -> Result<()> {
                 1.4,
             )),
     );
+    // What the protocol itself stops the ratio at: the same two cycles done by hand.
+    report.row(
+        Row::new(scenario, "fresh lock p50 (ms) against the protocol by hand")
+            .ours(format!("{:.2}", regrow.pct_ms(0.5)))
+            .floor(format!(
+                "{:.2} fresh (directory, node, getChildren pipelined), {:.2} hot",
+                floor_fresh.pct_ms(0.5),
+                floor_hot.pct_ms(0.5)
+            ))
+            .ratio(format!(
+                "protocol idle/hot p50 {}; ours fresh / protocol fresh {}",
+                floor_ratio.cell(),
+                vs_floor.cell()
+            )),
+    );
     let rtt_ms = (ONE_WAY * 2).as_millis();
     for (what, key, trips) in [
         (
@@ -479,5 +518,6 @@ async fn idle(bench: &Bench, report: &mut Report) -> Result<()> {
     }
     report.latencies(scenario, "fresh lock (directory removed)", &regrow);
     report.latencies(scenario, "hot lock, right after", &hot_arm);
+    report.latencies(scenario, "fresh lock, the protocol by hand", &floor_fresh);
     Ok(())
 }
