@@ -146,8 +146,8 @@ impl Lease {
         // and nothing would delete it while this lease keeps the ZooKeeper session open.
         if lease.session.shared().clock.now().state == SessionState::Closed {
             drop(DeleteOnDrop {
-                shared: Some(lease.session.shared().clone()),
-                node: lease.node.clone(),
+                shared: Some(&lease.session.shared()),
+                node: &lease.node,
             });
         }
         lease
@@ -413,11 +413,12 @@ impl Lease {
         }
         // The delete is sent inline (no task hop on the hot path); if this future is dropped
         // before the ensemble confirms, the guard hands the retries to a background task.
+        let shared = self.session.shared();
         let mut guard = DeleteOnDrop {
-            shared: Some(self.session.shared().clone()),
-            node: self.node.clone(),
+            shared: Some(&shared),
+            node: &self.node,
         };
-        let result = self.session.shared().delete_until_gone(&self.node).await;
+        let result = shared.delete_until_gone(&self.node).await;
         guard.shared = None;
         result
     }
@@ -433,7 +434,7 @@ impl Lease {
         if std::mem::replace(&mut self.released, true) {
             return false;
         }
-        self.holding.lose(LossReason::Released);
+        self.holding.release();
         self.session.shared().clock.unregister(self.holding_id);
         tracing::info!(node = %self.node, token = %self.token, "released");
         true
@@ -444,8 +445,8 @@ impl Drop for Lease {
     fn drop(&mut self) {
         if self.mark_released() {
             drop(DeleteOnDrop {
-                shared: Some(self.session.shared().clone()),
-                node: self.node.clone(),
+                shared: Some(&self.session.shared()),
+                node: &self.node,
             });
         }
     }
@@ -453,15 +454,16 @@ impl Drop for Lease {
 
 /// Deletes `node` in the background when dropped while `shared` is set. Without a runtime
 /// the node disappears with the session.
-struct DeleteOnDrop {
-    shared: Option<Arc<Shared>>,
-    node: String,
+/// It borrows: the common release, answered in time, copies nothing.
+struct DeleteOnDrop<'a> {
+    shared: Option<&'a Arc<Shared>>,
+    node: &'a str,
 }
 
-impl Drop for DeleteOnDrop {
+impl Drop for DeleteOnDrop<'_> {
     fn drop(&mut self) {
         if let Some(shared) = self.shared.take() {
-            let node = std::mem::take(&mut self.node);
+            let (shared, node) = (shared.clone(), self.node.to_owned());
             crate::session::spawn_detached(async move {
                 let _ = shared.delete_until_gone(&node).await;
             });

@@ -390,7 +390,23 @@ impl OwnerInfo {
     /// limit), stamped now: what [`for_this_process`](Self::for_this_process) would encode,
     /// written straight into one buffer, as it is on every enqueue.
     pub(crate) fn encode_for_this_process(id: Option<&str>, permits: Option<usize>) -> Vec<u8> {
-        encode_lines(id, this_host(), Some(std::process::id()), now_ms(), permits)
+        // Every enqueue stamps its node: the lines that never change in a process are
+        // written once, only the id, the time and the limit on each call.
+        static HOST_AND_PID: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+        let host_and_pid = HOST_AND_PID
+            .get_or_init(|| encode_lines(None, this_host(), Some(std::process::id()), None, None));
+        let mut out = Vec::with_capacity(host_and_pid.len() + id.map_or(0, str::len) + 48);
+        if let Some(id) = id {
+            push_line(&mut out, "id=", id);
+        }
+        out.extend_from_slice(host_and_pid);
+        if let Some(at) = now_ms() {
+            push_number_line(&mut out, "at=", at);
+        }
+        if let Some(permits) = permits {
+            push_number_line(&mut out, "permits=", permits as u64);
+        }
+        out
     }
 
     /// `data` (a node's owner lines) with `value` as its proclaimed value instead of the
@@ -484,34 +500,53 @@ fn encode_lines(
     at: Option<u64>,
     permits: Option<usize>,
 ) -> Vec<u8> {
-    use std::fmt::Write;
-    fn line(out: &mut String, key: &str, value: &str) {
-        out.push_str(key);
-        // One line per field: a line break inside a value would start another.
-        if value.contains(['\n', '\r']) {
-            out.push_str(&value.replace(['\n', '\r'], " "));
-        } else {
-            out.push_str(value);
-        }
-        out.push('\n');
-    }
-    let mut out = String::with_capacity(64 + id.map_or(0, str::len) + host.map_or(0, str::len));
+    let mut out = Vec::with_capacity(64 + id.map_or(0, str::len) + host.map_or(0, str::len));
     if let Some(id) = id {
-        line(&mut out, "id=", id);
+        push_line(&mut out, "id=", id);
     }
     if let Some(host) = host {
-        line(&mut out, "host=", host);
+        push_line(&mut out, "host=", host);
     }
     if let Some(pid) = pid {
-        let _ = writeln!(out, "pid={pid}");
+        push_number_line(&mut out, "pid=", u64::from(pid));
     }
     if let Some(at) = at {
-        let _ = writeln!(out, "at={at}");
+        push_number_line(&mut out, "at=", at);
     }
     if let Some(permits) = permits {
-        let _ = writeln!(out, "permits={permits}");
+        push_number_line(&mut out, "permits=", permits as u64);
     }
-    out.into_bytes()
+    out
+}
+
+/// One `key=value` line; a line break inside the value would start another, so it becomes a
+/// space.
+fn push_line(out: &mut Vec<u8>, key: &str, value: &str) {
+    out.extend_from_slice(key.as_bytes());
+    out.extend(
+        value
+            .bytes()
+            .map(|b| if b == b'\n' || b == b'\r' { b' ' } else { b }),
+    );
+    out.push(b'\n');
+}
+
+/// One `key=number` line, in decimal, without the formatting machinery (it runs on every
+/// enqueue).
+fn push_number_line(out: &mut Vec<u8>, key: &str, mut number: u64) {
+    out.extend_from_slice(key.as_bytes());
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (number % 10) as u8;
+        number /= 10;
+        if number == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&digits[at..]);
+    out.push(b'\n');
 }
 
 fn split_proclaimed(data: &[u8]) -> (&[u8], Option<&[u8]>) {
@@ -724,6 +759,23 @@ mod tests {
             OwnerInfo::decode(b"kazoo-ident").id.as_deref(),
             Some("kazoo-ident")
         );
+    }
+
+    #[test]
+    fn the_stamp_of_an_enqueue_reads_back_as_this_process() {
+        let before = now_ms().unwrap();
+        let d = OwnerInfo::decode(&OwnerInfo::encode_for_this_process(
+            Some("id\nwith a break"),
+            Some(1_234_567_890),
+        ));
+        assert_eq!(d.id.as_deref(), Some("id with a break"));
+        assert_eq!(d.host.as_deref(), this_host());
+        assert_eq!(d.pid, Some(std::process::id()));
+        assert_eq!(d.permits, Some(1_234_567_890));
+        let at = d.enqueued_at_ms.expect("stamped");
+        assert!((before..=now_ms().unwrap()).contains(&at), "{at}");
+        let bare = OwnerInfo::decode(&OwnerInfo::encode_for_this_process(None, Some(0)));
+        assert_eq!((bare.id, bare.permits), (None, Some(0)));
     }
 
     #[test]

@@ -74,6 +74,7 @@ use tokio::time::Instant;
 
 use crate::error::LossReason;
 
+use super::listing::FastHash;
 use super::{SessionState, Shared};
 
 /// What an answered request proves, as the lease clock counts it (the module docs' rule).
@@ -290,14 +291,27 @@ impl Holding {
     /// it until it releases (`keep_node`): it must stop its work first, and the session's
     /// expiry still bounds how long the node stays.
     pub(crate) fn lose(&self, reason: LossReason) -> bool {
-        let first = self.loss.send_if_modified(|cur| {
+        self.record_loss(reason, true)
+    }
+
+    /// The lease is released by its owner, who holds it mutably, so no new observer can be
+    /// made from it meanwhile: if the lease's own receiver is the only one, nobody waits for
+    /// the loss and it is recorded without waking anyone (a plain release, the hot path).
+    pub(crate) fn release(&self) {
+        let observed = self.loss.receiver_count() > 1;
+        self.record_loss(LossReason::Released, observed);
+    }
+
+    fn record_loss(&self, reason: LossReason, notify: bool) -> bool {
+        let mut first = false;
+        self.loss.send_if_modified(|cur| {
             if cur.is_none() {
                 *cur = Some(reason);
                 self.telemetry.end(reason);
-                true
-            } else {
-                false
+                first = true;
             }
+            // Not notified, the loss is still what every later look sees.
+            first && notify
         });
         if first && reason != LossReason::Released {
             tracing::warn!(node = %self.node, %reason, "lease lost");
@@ -341,7 +355,7 @@ pub(crate) struct LeaseClock {
     pub(crate) syncs_prove: bool,
     /// Acquires in progress (their nodes wait in a queue): the keepalive must be a proof then.
     acquiring: AtomicUsize,
-    holdings: Mutex<HashMap<u64, Weak<Holding>>>,
+    holdings: Mutex<HashMap<u64, Weak<Holding>, FastHash>>,
     next_holding: AtomicU64,
 }
 
@@ -367,7 +381,7 @@ impl LeaseClock {
             keepalive_interval,
             syncs_prove: deposed_window.is_some(),
             acquiring: AtomicUsize::new(0),
-            holdings: Mutex::new(HashMap::new()),
+            holdings: Mutex::new(HashMap::default()),
             next_holding: AtomicU64::new(0),
         }
     }

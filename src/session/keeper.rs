@@ -22,9 +22,15 @@ pub(crate) async fn keep(shared: Arc<Shared>, states: zookeeper_client::StateWat
     }
 }
 
-/// Ends every lease the moment the clock runs out. The deadline is taken again at every change
-/// of the clock, whoever made it (a keepalive, a grant's confirmation, a `renew`), so a clock
-/// renewed after a lapse is watched from that instant, not from the keeper's next wake-up.
+/// Ends every lease the moment the clock runs out.
+///
+/// While the clock holds, every change moves `valid_until` later, never sooner
+/// ([`Clock::extend`](super::clock::Clock::extend)): so the keeper sleeps until the deadline it
+/// knows and, on waking, lapses the clock only if the *current* deadline has passed, else
+/// sleeps on to that one. It is not woken by each renewal (two a cycle on a busy lock, each a
+/// task wake-up, often on the other worker thread). Once lapsed, only a renewal changes
+/// anything: it waits for the clock to change, and watches the renewed clock from that
+/// instant.
 pub(super) async fn watch_lapses(
     lease_clock: &LeaseClock,
     session_id: zookeeper_client::SessionId,
@@ -32,28 +38,28 @@ pub(super) async fn watch_lapses(
     let mut changes = lease_clock.clock.subscribe();
     loop {
         let clock = *changes.borrow_and_update();
-        tokio::select! {
-            changed = changes.changed() => {
-                if changed.is_err() {
-                    return;
-                }
+        if clock.lapsed {
+            if changes.changed().await.is_err() {
+                return;
             }
-            _ = tokio::time::sleep_until(clock.valid_until), if !clock.lapsed => {
-                let lapsed = lease_clock.clock.send_if_modified(|c| c.lapse_if_due(Instant::now()));
-                if lapsed {
-                    if lease_clock.vouching_matters() {
-                        tracing::warn!(
-                            %session_id,
-                            "lease clock lapsed: the leader has not vouched for the session in time"
-                        );
-                    } else {
-                        // An idle session's keepalives are touches, not proofs: its clock
-                        // runs out and the next acquire's create renews it.
-                        tracing::debug!(%session_id, "lease clock lapsed on an idle session");
-                    }
-                    lease_clock.lose_all(LossReason::ClockLapsed);
-                }
+            continue;
+        }
+        tokio::time::sleep_until(clock.valid_until).await;
+        let lapsed = lease_clock
+            .clock
+            .send_if_modified(|c| c.lapse_if_due(Instant::now()));
+        if lapsed {
+            if lease_clock.vouching_matters() {
+                tracing::warn!(
+                    %session_id,
+                    "lease clock lapsed: the leader has not vouched for the session in time"
+                );
+            } else {
+                // An idle session's keepalives are touches, not proofs: its clock runs out
+                // and the next acquire's create renews it.
+                tracing::debug!(%session_id, "lease clock lapsed on an idle session");
             }
+            lease_clock.lose_all(LossReason::ClockLapsed);
         }
     }
 }
