@@ -295,7 +295,7 @@ impl Election {
         crate::telemetry::candidate(&queue.tag());
         let grant = queue.join(None).await?;
         tracing::info!(election = %self.path, %id, token = grant.czxid, "elected leader");
-        let lease = Lease::new(self.path.clone(), grant, Claim::none());
+        let lease = Lease::new(self.path.as_str().into(), grant, Claim::none());
         Ok(Leadership {
             lease,
             id: id.to_string(),

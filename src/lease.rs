@@ -88,7 +88,8 @@ impl Drop for Claim {
 #[clippy::has_significant_drop]
 pub struct Lease {
     session: Session,
-    dir: String,
+    /// Shared with the lock it came from: a grant copies no path.
+    dir: Arc<str>,
     node: String,
     sequence: i32,
     token: FencingToken,
@@ -115,7 +116,7 @@ impl fmt::Debug for Lease {
 }
 
 impl Lease {
-    pub(crate) fn new(dir: String, grant: Grant, claim: Claim) -> Lease {
+    pub(crate) fn new(dir: Arc<str>, grant: Grant, claim: Claim) -> Lease {
         let session = grant.session;
         let (holding, holding_id, loss) =
             session.shared().register(grant.node.clone(), grant.epoch);
@@ -354,7 +355,7 @@ impl Lease {
             _ => LossReason::ClockLapsed,
         };
         Error::LockLost {
-            path: self.dir.clone(),
+            path: self.dir.to_string(),
             reason,
         }
     }

@@ -281,7 +281,7 @@ impl Lock {
     }
 
     fn lease(&self, grant: Grant, claim: Claim) -> Lease {
-        let lease = Lease::new(self.path().to_string(), grant, claim);
+        let lease = Lease::new(self.queue.shared_dir(), grant, claim);
         if self.revocable {
             lease.watch_revocation()
         } else {

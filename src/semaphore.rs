@@ -190,7 +190,7 @@ impl Semaphore {
         let grant = self.leases().join(deadline).await;
         drop(turn);
         let grant = grant.map_err(|e| self.timeout_for_semaphore(e, started))?;
-        Ok(Lease::new(self.leases_dir(), grant, Claim::none()))
+        Ok(Lease::new(self.leases_dir().into(), grant, Claim::none()))
     }
 
     /// [`check_permits`](Self::check_permits) within the acquire's deadline: a silent ensemble
@@ -232,7 +232,7 @@ impl Semaphore {
         self.check_permits().await?;
         let grant = self.leases().try_join().await;
         drop(turn);
-        Ok(grant?.map(|grant| Lease::new(self.leases_dir(), grant, Claim::none())))
+        Ok(grant?.map(|grant| Lease::new(self.leases_dir().into(), grant, Claim::none())))
     }
 
     /// The current holders of permits, oldest first (not the acquirer waiting for one).

@@ -11,7 +11,7 @@
 //! path labels ([`SessionOptions::metrics_path_labels`](crate::SessionOptions::metrics_path_labels))
 //! — and always for elections, whose paths are few — is a key built with an owned label.
 
-use std::time::Duration;
+use tokio::time::Instant;
 
 #[cfg(feature = "metrics")]
 use std::sync::{Arc, Mutex};
@@ -82,14 +82,14 @@ pub(crate) fn acquire_started(tag: &Tag) {
     imp::counter(imp::ACQUIRES, tag, None).increment(1);
 }
 
-/// An acquire was granted after `waited` (from its start to the grant).
+/// An acquire that started at `started` was granted now.
 #[inline]
 #[allow(unused_variables)]
-pub(crate) fn granted(tag: &Tag, waited: Duration) {
+pub(crate) fn granted(tag: &Tag, started: Instant) {
     #[cfg(feature = "metrics")]
     {
         imp::counter(imp::GRANTS, tag, None).increment(1);
-        imp::histogram(imp::WAIT_SECONDS, tag).record(waited.as_secs_f64());
+        imp::histogram(imp::WAIT_SECONDS, tag).record(started.elapsed().as_secs_f64());
     }
 }
 
@@ -105,9 +105,10 @@ pub(crate) fn timed_out(tag: &Tag) {
 /// other errors count as neither.
 #[inline]
 #[allow(unused_variables)]
-pub(crate) fn waited<T>(tag: &Tag, waited: Duration, result: &crate::error::Result<T>) {
+pub(crate) fn waited<T>(tag: &Tag, started: Instant, result: &crate::error::Result<T>) {
     match result {
-        Ok(_) => granted(tag, waited),
+        // The clock is read only when there is a histogram to feed.
+        Ok(_) => granted(tag, started),
         Err(crate::error::Error::Timeout { .. }) => timed_out(tag),
         Err(_) => {}
     }
@@ -117,9 +118,9 @@ pub(crate) fn waited<T>(tag: &Tag, waited: Duration, result: &crate::error::Resu
 /// neither.
 #[inline]
 #[allow(unused_variables)]
-pub(crate) fn tried<T>(tag: &Tag, waited: Duration, result: &crate::error::Result<Option<T>>) {
+pub(crate) fn tried<T>(tag: &Tag, started: Instant, result: &crate::error::Result<Option<T>>) {
     match result {
-        Ok(Some(_)) => granted(tag, waited),
+        Ok(Some(_)) => granted(tag, started),
         Ok(None) => timed_out(tag),
         Err(_) => {}
     }

@@ -369,7 +369,7 @@ impl MultiLock {
             Ok(grants.into_iter().collect::<Option<Vec<Grant>>>())
         }
         .await;
-        telemetry::tried(&tag, started.elapsed(), &result);
+        telemetry::tried(&tag, started, &result);
         match result {
             Ok(Some(grants)) => {
                 pending.disarm();
@@ -446,7 +446,7 @@ impl MultiLock {
                 Err(err.unwrap_or_else(|_| self.bare_timeout_error(&queues, &granted, waited)))
             }
         };
-        telemetry::waited(&tag, started.elapsed(), &result);
+        telemetry::waited(&tag, started, &result);
         match result {
             Ok(grants) => {
                 pending.disarm();
@@ -512,7 +512,7 @@ impl MultiLock {
             .into_iter()
             .map(|grant| {
                 let dir = grant.node[..grant.node.rfind('/').unwrap_or(0)].to_string();
-                Lease::new(dir, grant, Claim::none())
+                Lease::new(dir.into(), grant, Claim::none())
             })
             .collect();
         let lease = MultiLease {

@@ -215,24 +215,31 @@ impl Queue {
         let mut directory_made = 0;
         loop {
             let in_front = shared.directories.likely_missing(&self.dir);
-            let directory = in_front.then(|| shared.create_directory_in_front(&self.dir));
+            // Boxed: rare, and the step's state is what every enqueue allocates.
+            let directory = in_front.then(|| Box::pin(shared.create_directory_in_front(&self.dir)));
             pending.sent = true;
-            let (number, create) = shared.create_queue_node(&prefix, &data);
-            let (_, created, listed) = futures::join!(
-                async {
-                    if let Some(directory) = directory {
-                        directory.await;
-                    }
-                },
-                create,
-                async {
-                    if list_behind {
-                        shared.list_queue_after(&self.dir, number).await.ok()
-                    } else {
-                        None
-                    }
+            let (number, created, listed) = {
+                let (number, create) = shared.create_queue_node(&prefix, &data);
+                // Every request is on the wire once called: they are awaited one after the
+                // other, in the order they are answered, with nothing polled side by side.
+                // Pinned in place, so awaiting them copies nothing into the step's state, and
+                // dropped at the end of this block, so the retries below do not sit beside
+                // them in it.
+                let create = std::pin::pin!(create);
+                let mut listing =
+                    std::pin::pin!(list_behind.then(|| shared.list_queue_after(&self.dir, number)));
+                if let Some(directory) = directory {
+                    directory.await;
                 }
-            );
+                let created = create.await;
+                let listed = match (&created, listing.as_mut().as_pin_mut()) {
+                    (Ok(_), Some(listing)) => listing.await.ok().flatten(),
+                    // Dropped unawaited: a listing we sent goes off the table at once (its
+                    // sharers ask again), not after the retry below.
+                    _ => None,
+                };
+                (number, created, listed)
+            };
             match created {
                 Ok(created) => {
                     shared.directories.created_in(&self.dir);
@@ -241,7 +248,7 @@ impl Queue {
                     return Ok(Enqueued {
                         created,
                         number,
-                        listed: listed.flatten(),
+                        listed,
                     });
                 }
                 Err(zk::Error::NoNode) => {
@@ -257,13 +264,17 @@ impl Queue {
                     }
                     if in_front {
                         // The directory's own parent is missing: make the whole path.
-                        shared.make_dirs(&self.dir).await?;
+                        // Boxed, as the lost answer's look below: rare steps that would
+                        // widen every enqueue's state.
+                        Box::pin(shared.make_dirs(&self.dir)).await?;
                     }
                     // Otherwise the next round sends the directory's create in front.
                 }
                 Err(e) if crate::session::outcome_unknown(&e) => {
                     pending.uncertain = true;
-                    if let Some(created) = find_own(&shared, &self.dir, &pending.marker()).await? {
+                    if let Some(created) =
+                        Box::pin(find_own(&shared, &self.dir, &pending.marker())).await?
+                    {
                         tracing::info!(node = %created.path, token = created.czxid, "enqueued (found our node after a lost answer)");
                         shared.directories.created_in(&self.dir);
                         pending.node = Some(created.path.clone());

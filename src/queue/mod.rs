@@ -179,6 +179,11 @@ impl Queue {
         &self.dir
     }
 
+    /// The directory, shared (a lease keeps it).
+    pub(crate) fn shared_dir(&self) -> Arc<str> {
+        self.dir.clone()
+    }
+
     pub(crate) fn format(&self) -> NodeFormat {
         self.format
     }
@@ -243,7 +248,7 @@ impl Queue {
                 holder: Box::pin(self.describe(progress.holder.as_deref())).await,
             }),
         };
-        telemetry::waited(&tag, started.elapsed(), &result);
+        telemetry::waited(&tag, started, &result);
         match result {
             Ok(grant) => {
                 pending.disarm();
@@ -303,7 +308,7 @@ impl Queue {
             }
         }
         .await;
-        telemetry::tried(&tag, started.elapsed(), &result);
+        telemetry::tried(&tag, started, &result);
         match result {
             Ok(Some(grant)) => {
                 pending.disarm();

@@ -414,40 +414,49 @@ impl Shared {
     /// The children of `dir` in queue order (`None` if it does not exist), from a listing
     /// sent after the session's ordered request number `after` (see `listing.rs`): shared
     /// with the session's other waiters on `dir`, asking again while its outcome is unknown.
-    pub(crate) async fn list_queue_after(
-        &self,
-        dir: &std::sync::Arc<str>,
+    ///
+    /// The listing is sent (or joined) at the call, not at the first poll: an enqueue calls
+    /// this right after sending its create and awaits the create first, with nothing to poll
+    /// side by side.
+    pub(crate) fn list_queue_after<'a>(
+        &'a self,
+        dir: &'a std::sync::Arc<str>,
         after: u64,
-    ) -> Result<Option<QueueListing>> {
-        loop {
-            let turn = self
-                .listings
-                .join_or_send(dir, after, || self.client.list_children(dir));
-            let (listed, sent) = match turn {
-                Turn::Share(answer) => match listing::shared_answer(answer).await {
-                    Some(answer) => answer,
-                    None => continue, // its sender was cancelled: ask again
-                },
-                Turn::After(answer) => {
-                    listing::shared_answer(answer).await;
-                    continue;
-                }
-                Turn::Send(sent, request) => {
-                    Counters::bump(&self.counters.listings);
-                    sent.answer(request.await)
-                }
-            };
-            match listed {
-                Ok(queue) => {
-                    self.answered(Answer::Read, sent);
-                    return Ok(queue);
-                }
-                Err(e) if outcome_unknown(&e) => pause_before_retry().await,
-                Err(e) => {
-                    if write_error_answer(&e).is_some() {
-                        self.answered(Answer::Read, sent);
+    ) -> impl Future<Output = Result<Option<QueueListing>>> + Send + 'a {
+        let send = move || {
+            self.listings
+                .join_or_send(dir, after, || self.client.list_children(dir))
+        };
+        let mut first = Some(send());
+        async move {
+            loop {
+                let turn = first.take().unwrap_or_else(send);
+                let (listed, sent) = match turn {
+                    Turn::Share(answer) => match listing::shared_answer(answer).await {
+                        Some(answer) => answer,
+                        None => continue, // its sender was cancelled: ask again
+                    },
+                    Turn::After(answer) => {
+                        listing::shared_answer(answer).await;
+                        continue;
                     }
-                    return Err(Error::zk("list", dir, e));
+                    Turn::Send(sent, request) => {
+                        Counters::bump(&self.counters.listings);
+                        sent.answer(request.await)
+                    }
+                };
+                match listed {
+                    Ok(queue) => {
+                        self.answered(Answer::Read, sent);
+                        return Ok(queue);
+                    }
+                    Err(e) if outcome_unknown(&e) => pause_before_retry().await,
+                    Err(e) => {
+                        if write_error_answer(&e).is_some() {
+                            self.answered(Answer::Read, sent);
+                        }
+                        return Err(Error::zk("list", dir, e));
+                    }
                 }
             }
         }
