@@ -507,17 +507,21 @@ impl LossWatch {
     }
 
     /// Resolves when the lease is lost. Cancel safe.
+    ///
+    /// Not woken by the clock's renewals (up to one a millisecond on a busy session): every
+    /// loss is recorded on the loss channel (a lapse, the session's end and `Session::close`
+    /// record it in every registered lease, a deleted node in its own), and the clock running
+    /// out before the keeper records it is caught by sleeping to the deadline; woken there, it
+    /// looks at the current deadline, which a renewal only ever moved later.
     pub(crate) async fn lost(&self) -> LossReason {
         let mut loss = self.loss.clone();
-        let mut clock = self.session.shared().clock.clock.subscribe();
         loop {
             if let LeaseState::Lost(reason) = self.state() {
                 return reason;
             }
-            let valid_until = clock.borrow_and_update().valid_until;
+            let valid_until = self.session.shared().clock.now().valid_until;
             tokio::select! {
                 _ = loss.changed() => {}
-                _ = clock.changed() => {}
                 _ = tokio::time::sleep_until(valid_until) => {}
             }
         }

@@ -894,3 +894,65 @@ async fn connect_with_a_chroot_keeps_its_timeout_when_answers_stop_after_the_han
         "{result:?}"
     );
 }
+
+/// Waiting for a lease's loss costs nothing while the lease holds: every commit of the session
+/// renews its lease clock (two a cycle on a busy lock), and a waiter woken by each renewal
+/// would cost every holder that watches its lease a task wake-up per request of the session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiting_for_a_loss_is_not_woken_by_renewals() {
+    use std::future::Future;
+    use std::task::{Context, Poll};
+
+    struct CountWakes(AtomicUsize);
+    impl futures::task::ArcWake for CountWakes {
+        fn wake_by_ref(me: &Arc<Self>) {
+            me.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    let s = session().await;
+    let held = within(STEP, "acquire", s.lock(&unique_path("watched")).acquire())
+        .await
+        .unwrap();
+    let wakes = Arc::new(CountWakes(AtomicUsize::new(0)));
+    let waker = futures::task::waker(wakes.clone());
+    let mut lost = Box::pin(held.lost());
+    assert!(matches!(
+        lost.as_mut().poll(&mut Context::from_waker(&waker)),
+        Poll::Pending
+    ));
+    // Cycles of another lock on the same session, each with two commits, until they have
+    // renewed the clock ten times (it moves when a proof vouches for a newer touch, at most
+    // about once a millisecond).
+    let busy = s.lock(&unique_path("busy"));
+    let (mut cycles, mut renewals) = (0, 0);
+    let mut until = s.valid_until().expect("held");
+    within(STEP, "ten renewals of the clock by the cycles", async {
+        while renewals < 10 {
+            busy.acquire().await.unwrap().release().await.unwrap();
+            cycles += 1;
+            let now = s.valid_until().expect("held");
+            if now > until {
+                (renewals, until) = (renewals + 1, now);
+            }
+            // Polled again after each cycle, as a runtime would after a wake-up, so that
+            // each renewal could wake it again.
+            assert!(matches!(
+                lost.as_mut().poll(&mut Context::from_waker(&waker)),
+                Poll::Pending
+            ));
+        }
+    })
+    .await;
+    let woken = wakes.0.load(Ordering::SeqCst);
+    assert!(
+        woken == 0,
+        "a loss watcher was woken {woken} times by {renewals} renewals in {cycles} cycles"
+    );
+    assert!(matches!(
+        lost.as_mut().poll(&mut Context::from_waker(&waker)),
+        Poll::Pending
+    ));
+    drop(lost);
+    held.release().await.unwrap();
+}

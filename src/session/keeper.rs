@@ -27,10 +27,10 @@ pub(crate) async fn keep(shared: Arc<Shared>, states: zookeeper_client::StateWat
 /// While the clock holds, every change moves `valid_until` later, never sooner
 /// ([`Clock::extend`](super::clock::Clock::extend)): so the keeper sleeps until the deadline it
 /// knows and, on waking, lapses the clock only if the *current* deadline has passed, else
-/// sleeps on to that one. It is not woken by each renewal (two a cycle on a busy lock, each a
-/// task wake-up, often on the other worker thread). Once lapsed, only a renewal changes
-/// anything: it waits for the clock to change, and watches the renewed clock from that
-/// instant.
+/// sleeps on to that one. It is not woken by each renewal (up to one a millisecond on a busy
+/// session, each a task wake-up, often on the other worker thread). Once lapsed, only a
+/// renewal changes anything: it waits for the clock to change, and watches the renewed clock
+/// from that instant.
 pub(super) async fn watch_lapses(
     lease_clock: &LeaseClock,
     session_id: zookeeper_client::SessionId,
