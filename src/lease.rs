@@ -435,7 +435,7 @@ impl Lease {
         if std::mem::replace(&mut self.released, true) {
             return false;
         }
-        self.holding.release();
+        self.holding.lose(LossReason::Released);
         self.session.shared().clock.unregister(self.holding_id);
         tracing::info!(node = %self.node, token = %self.token, "released");
         true

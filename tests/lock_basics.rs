@@ -895,9 +895,9 @@ async fn connect_with_a_chroot_keeps_its_timeout_when_answers_stop_after_the_han
     );
 }
 
-/// Waiting for a lease's loss costs nothing while the lease holds: every commit of the session
-/// renews its lease clock (two a cycle on a busy lock), and a waiter woken by each renewal
-/// would cost every holder that watches its lease a task wake-up per request of the session.
+/// Waiting for a lease's loss costs nothing while the lease holds: the session's commits renew
+/// its lease clock (it moves up to once a millisecond on a busy session), and a waiter woken
+/// by each renewal would cost every holder that watches its lease a task wake-up each time.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiting_for_a_loss_is_not_woken_by_renewals() {
     use std::future::Future;

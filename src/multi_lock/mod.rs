@@ -511,8 +511,8 @@ impl MultiLock {
         let leases: Vec<Lease> = grants
             .into_iter()
             .map(|grant| {
-                let dir = grant.node[..grant.node.rfind('/').unwrap_or(0)].to_string();
-                Lease::new(dir.into(), grant, Claim::none())
+                let dir = Arc::from(&grant.node[..grant.node.rfind('/').unwrap_or(0)]);
+                Lease::new(dir, grant, Claim::none())
             })
             .collect();
         let lease = MultiLease {

@@ -291,27 +291,14 @@ impl Holding {
     /// it until it releases (`keep_node`): it must stop its work first, and the session's
     /// expiry still bounds how long the node stays.
     pub(crate) fn lose(&self, reason: LossReason) -> bool {
-        self.record_loss(reason, true)
-    }
-
-    /// The lease is released by its owner, who holds it mutably, so no new observer can be
-    /// made from it meanwhile: if the lease's own receiver is the only one, nobody waits for
-    /// the loss and it is recorded without waking anyone (a plain release, the hot path).
-    pub(crate) fn release(&self) {
-        let observed = self.loss.receiver_count() > 1;
-        self.record_loss(LossReason::Released, observed);
-    }
-
-    fn record_loss(&self, reason: LossReason, notify: bool) -> bool {
-        let mut first = false;
-        self.loss.send_if_modified(|cur| {
+        let first = self.loss.send_if_modified(|cur| {
             if cur.is_none() {
                 *cur = Some(reason);
                 self.telemetry.end(reason);
-                first = true;
+                true
+            } else {
+                false
             }
-            // Not notified, the loss is still what every later look sees.
-            first && notify
         });
         if first && reason != LossReason::Released {
             tracing::warn!(node = %self.node, %reason, "lease lost");

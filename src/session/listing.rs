@@ -262,9 +262,7 @@ impl Listings {
 impl Listings {
     fn listed(&self, dir: &str, number: u64, queue: &QueueListing) {
         let mut known = self.known.lock().unwrap();
-        // A shallow queue of a session that knows no deep one (the common case) costs no
-        // lookup.
-        if queue.len() <= DEEP && (known.is_empty() || !known.contains_key(dir)) {
+        if queue.len() <= DEEP && !known.contains_key(dir) {
             return;
         }
         if known.len() >= MAX_KNOWN && !known.contains_key(dir) {
@@ -279,11 +277,7 @@ impl Listings {
 
     /// A node of ours at `sequence` holds exclusively: every node ahead of it is gone.
     pub(crate) fn granted_exclusive(&self, dir: &str, sequence: i32) {
-        let mut known = self.known.lock().unwrap();
-        if known.is_empty() {
-            return;
-        }
-        if let Some(entry) = known.get_mut(dir) {
+        if let Some(entry) = self.known.lock().unwrap().get_mut(dir) {
             entry.raise_floor(sequence);
         }
     }
