@@ -166,8 +166,8 @@ pub enum Error {
         waited: Duration,
         /// How many contenders were ahead of us at the last look (the holder included).
         ahead: usize,
-        /// The holder at the last look (node, token, session, owner id, host and pid), if it
-        /// could be read.
+        /// Who held when the acquire gave up (node, token, session, owner id, host and pid),
+        /// read then, if it could be read within a short grace.
         holder: Option<Box<crate::Contender>>,
     },
 

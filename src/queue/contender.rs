@@ -110,10 +110,9 @@ impl Queue {
         list_contenders(&self.shared(), &self.dir, usize::MAX).await
     }
 
-    /// `name (owner)` of a contender, for error messages; one read, only on the error path,
-    /// and bounded so a silent ensemble does not delay the error.
-    /// The holder named `name`, read (bounded) for [`Error::Timeout`]; `None` if it could
-    /// not be read (gone meanwhile, or no answer).
+    /// The contender named `name`, for [`Error::Timeout`](crate::Error::Timeout): one read,
+    /// only on the error path, bounded so a silent ensemble does not delay the error; `None`
+    /// if it could not be read (gone meanwhile, or no answer).
     pub(super) async fn describe(&self, name: Option<&str>) -> Option<Box<Contender>> {
         let name = name?;
         let path = format!("{}/{name}", self.dir);
@@ -128,6 +127,21 @@ impl Queue {
             })),
             _ => None,
         }
+    }
+
+    /// Who holds now, for [`Error::Timeout`](crate::Error::Timeout): one listing and one
+    /// read, bounded together by the cleanup grace so a silent ensemble does not delay the
+    /// error; `None` if nobody holds or it could not be read in time.
+    pub(super) async fn holder_now(&self) -> Option<Box<Contender>> {
+        let look = async {
+            let children = self.shared().list(&self.dir).await.ok()??;
+            let (_, holder) = node::queue_order(children).into_iter().next()?;
+            self.describe(Some(&holder)).await
+        };
+        tokio::time::timeout(CLEANUP_GRACE, look)
+            .await
+            .ok()
+            .flatten()
     }
 
     /// How many are ahead of `node` and who holds (`name (owner)`), for a timeout error;

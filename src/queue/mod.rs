@@ -103,11 +103,11 @@ pub(crate) struct Grant {
     pub(crate) recipe: Recipe,
 }
 
-/// What the last listing showed, for timeout errors.
+/// What the last listing showed, for timeout errors. Not the holder's name: every waiter
+/// would keep a copy of it for as long as it waits, and a timeout reads who holds anyway.
 #[derive(Debug, Clone, Default)]
 struct Progress {
     ahead: usize,
-    holder: Option<String>,
 }
 
 /// How step 2 reads the queue for one waiter.
@@ -245,7 +245,7 @@ impl Queue {
                 waited: started.elapsed(),
                 ahead: progress.ahead,
                 // Boxed, as the rare steps below: each would widen every waiter's state.
-                holder: Box::pin(self.describe(progress.holder.as_deref())).await,
+                holder: Box::pin(self.holder_now()).await,
             }),
         };
         telemetry::waited(&tag, started, &result);
@@ -411,10 +411,6 @@ impl Queue {
             }
             progress.ahead = index;
             let place = self.admission().place(&queue, index);
-            // For a timeout's error: who held when we last looked (not needed once we hold).
-            if !matches!(place, Place::Holds) {
-                progress.holder = queue.first().map(|(_, n)| n.clone());
-            }
             return Ok((place, index, queue, children_watch));
         }
     }
@@ -505,10 +501,11 @@ impl Queue {
                 };
                 let predecessor = format!("{}/{}", self.dir, queue[watched].1);
                 let predecessor_sequence = queue[watched].0;
+                let holder = queue.first().map(|(_, n)| n.as_str());
+                tracing::info!(position = index, ahead = index, holder, "queued");
                 // The listing can be large (every contender's name): do not keep it across the
                 // wait, or a deep queue holds one copy per waiter.
                 drop(queue);
-                tracing::info!(position = index, ahead = index, holder = ?progress.holder, "queued");
                 if !holds_when_gone {
                     // Deeper in the queue: the deletion of what we watch only sends us back to
                     // list, and the listing shows whether our node still exists.
@@ -518,6 +515,9 @@ impl Queue {
                         continue; // already gone: look again
                     };
                     tracing::info!(%predecessor, "waiting on predecessor");
+                    // The client library keeps its own copy of the path while the watch is
+                    // set: ours is not kept as well for as long as we wait.
+                    drop(predecessor);
                     let event = predecessor_watch.changed().await?;
                     woke = Some(telemetry::Woke::now());
                     Counters::bump(&shared.counters.wakeups);
@@ -545,6 +545,7 @@ impl Queue {
                     continue; // already gone: look again
                 };
                 tracing::info!(%predecessor, "waiting on predecessor (second in line)");
+                drop(predecessor);
                 let predecessor_event = tokio::select! {
                     biased;
                     own = own_watch.changed() => match own? {
