@@ -284,3 +284,54 @@ async fn try_acquire_on_a_cut_off_follower_never_reports_a_released_lock_taken()
         lease.release().await.unwrap();
     }
 }
+
+/// The same for a multi-lock: its `try_acquire` also reads every queue before it writes
+/// anything, and one path released before the call must not be reported taken by a follower
+/// cut off from its leader.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn multi_lock_try_acquire_on_a_cut_off_follower_never_reports_a_released_lock_taken() {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let zk = ensemble();
+    let leader = zk.wait_for_leader(Duration::from_secs(20)).await.unwrap();
+    let follower = (0..zk.len()).find(|&i| i != leader).unwrap();
+    let dirs = [
+        unique_path("multi-try-stale-follower"),
+        unique_path("multi-try-stale-follower"),
+    ];
+    let paths = [dirs[0].as_str(), dirs[1].as_str()];
+    let holder = connect(&zk.node_connect_string(leader), T).await;
+    let trier = connect(&zk.node_connect_string(follower), T).await;
+    let lease = holder.lock(&dirs[1]).acquire().await.unwrap();
+    eventually(
+        Duration::from_secs(5),
+        "the follower lists the holder",
+        || async { children(&trier, &dirs[1]).await.len() == 1 },
+    )
+    .await;
+    zk.isolate(follower);
+    lease.release().await.unwrap();
+    let released = Instant::now();
+    let tried = tokio::time::timeout(
+        Duration::from_secs(30),
+        trier.multi_lock(&paths).try_acquire(),
+    )
+    .await
+    .expect("try_acquire answers");
+    let outcome = match &tried {
+        Ok(Some(_)) => "granted".to_string(),
+        Ok(None) => "reported taken".to_string(),
+        Err(e) => format!("failed: {e}"),
+    };
+    eprintln!(
+        "multi-lock try_acquire {:?} after the release: {outcome}",
+        released.elapsed()
+    );
+    heal_and_rejoin(zk, follower).await;
+    assert!(
+        !matches!(tried, Ok(None)),
+        "a path released before a multi-lock's try_acquire was reported taken by a follower cut off from its leader"
+    );
+    if let Ok(Some(lease)) = tried {
+        lease.release().await.unwrap();
+    }
+}

@@ -309,9 +309,11 @@ impl MultiLock {
     }
 
     /// Takes every path if none is held or waited for; never waits behind a holder.
-    /// Returns `Ok(None)` when any is taken: after one read per path (sent together),
-    /// without writing anything, or, if one was taken between those reads and our create,
-    /// after removing our nodes again.
+    /// Returns `Ok(None)` when any is taken: without writing anything, after one read per
+    /// path (sent together) and, to confirm, a `sync` with the leader and a second read (so a
+    /// server behind the leader cannot report a path released before the call as taken);
+    /// or, if one was taken between those reads and our create, after removing our nodes
+    /// again.
     ///
     /// # Cancel safety
     /// Cancel safe: a dropped call leaves no node behind (deleted in the background).
@@ -333,17 +335,24 @@ impl MultiLock {
         let tag = self.tag();
         telemetry::acquire_started(&tag);
         // Reads first (pipelined on the connection): when a path is taken we answer without
-        // writing anything.
+        // writing anything. As for one lock, "taken" is said only after a `sync` with the
+        // leader and a second read: our server may be behind it (a follower cut off from it
+        // answers with what it last heard) and show a path released before this call as
+        // held. One `sync` brings the whole server up to date, not only its path.
         let shared = session.shared();
         let dirs: Vec<String> = queues.iter().map(|q| q.dir().to_string()).collect();
-        let listed = shared.list_many(&dirs).await?;
-        if queues
-            .iter()
-            .zip(&listed)
-            .any(|(q, children)| children.as_deref().is_some_and(|c| q.blocked_by(c)))
-        {
-            telemetry::timed_out(&tag);
-            return Ok(None);
+        let blocked = |listed: &[Option<Vec<String>>]| {
+            queues
+                .iter()
+                .zip(listed)
+                .position(|(q, children)| children.as_deref().is_some_and(|c| q.blocked_by(c)))
+        };
+        if let Some(first) = blocked(&shared.list_many(&dirs).await?) {
+            shared.sync(&dirs[first]).await?;
+            if blocked(&shared.list_many(&dirs).await?).is_some() {
+                telemetry::timed_out(&tag);
+                return Ok(None);
+            }
         }
         let uuid = uuid::Uuid::new_v4();
         let mut pending = Pending::new(&queues, &uuid);
