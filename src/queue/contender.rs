@@ -6,6 +6,7 @@ use crate::node::{self, OwnerInfo};
 use crate::session::Shared;
 use crate::token::FencingToken;
 
+use super::enqueue::Pending;
 use super::{Queue, CLEANUP_GRACE};
 
 /// One contender in a queue, as [`Lock::contenders`](crate::Lock::contenders) reports it.
@@ -131,12 +132,27 @@ impl Queue {
 
     /// Who holds now, for [`Error::Timeout`](crate::Error::Timeout): one listing and one
     /// read, bounded together by the cleanup grace so a silent ensemble does not delay the
-    /// error; `None` if nobody holds or it could not be read in time.
-    pub(super) async fn holder_now(&self) -> Option<Box<Contender>> {
+    /// error; `None` if nobody else holds or it could not be read in time. Our own node is
+    /// still there (the cleanup comes after the error) and is first if the holder left just
+    /// as we gave up: we do not name ourselves.
+    pub(super) async fn holder_now(&self, ours: &Pending) -> Option<Box<Contender>> {
+        let own = ours
+            .node
+            .as_deref()
+            .map(|path| path.rsplit('/').next().unwrap_or(path));
+        let marker = ours.marker();
+        let is_ours = |name: &str| match own {
+            Some(own) => name == own,
+            // The create's answer was lost: a node with our marker may be ours.
+            None => ours.sent && name.contains(&marker),
+        };
         let look = async {
             let children = self.shared().list(&self.dir).await.ok()??;
-            let (_, holder) = node::queue_order(children).into_iter().next()?;
-            self.describe(Some(&holder)).await
+            let (_, first) = node::queue_order(children).into_iter().next()?;
+            if is_ours(&first) {
+                return None;
+            }
+            self.describe(Some(&first)).await
         };
         tokio::time::timeout(CLEANUP_GRACE, look)
             .await
@@ -144,8 +160,8 @@ impl Queue {
             .flatten()
     }
 
-    /// How many are ahead of `node` and who holds (`name (owner)`), for a timeout error;
-    /// bounded by the cleanup grace so a silent ensemble does not delay the error.
+    /// How many are ahead of `node` and who else holds, for a timeout error; bounded by the
+    /// cleanup grace so a silent ensemble does not delay the error.
     pub(crate) async fn progress_of(&self, node: &str) -> (usize, Option<Box<Contender>>) {
         let listed = tokio::time::timeout(CLEANUP_GRACE, self.shared().list(&self.dir)).await;
         let Ok(Ok(Some(children))) = listed else {
@@ -157,7 +173,11 @@ impl Queue {
             .iter()
             .position(|(_, n)| n == name)
             .unwrap_or(queue.len());
-        let holder = queue.first().map(|(_, n)| n.clone());
+        // Not ourselves, if the holder left just as we gave up.
+        let holder = queue
+            .first()
+            .filter(|(_, n)| n != name)
+            .map(|(_, n)| n.clone());
         (ahead, self.describe(holder.as_deref()).await)
     }
 }

@@ -245,7 +245,7 @@ impl Queue {
                 waited: started.elapsed(),
                 ahead: progress.ahead,
                 // Boxed, as the rare steps below: each would widen every waiter's state.
-                holder: Box::pin(self.holder_now()).await,
+                holder: Box::pin(self.holder_now(&pending)).await,
             }),
         };
         telemetry::waited(&tag, started, &result);
