@@ -371,7 +371,27 @@ pub struct OwnerInfo {
     pub raw: Vec<u8>,
 }
 
+/// The data that asks a lock holder to let go (Curator's `LockInternals.REVOKE_MESSAGE`);
+/// it overwrites the holder's owner data.
+pub(crate) const REVOKE_REQUEST: &[u8] = b"__REVOKE__";
+
 impl OwnerInfo {
+    /// Whether someone asked this holder to let go ([`Session::revoke`]): the request
+    /// overwrote the owner data, so `id`, `host` and `pid` are unknown.
+    ///
+    /// [`Session::revoke`]: crate::Session::revoke
+    ///
+    /// ```
+    /// use zkfence::OwnerInfo;
+    /// let asked = OwnerInfo::decode(b"__REVOKE__");
+    /// assert!(asked.revocation_requested());
+    /// assert_eq!(asked.id, None);
+    /// assert_eq!(asked.to_string(), "? (revocation requested)");
+    /// ```
+    pub fn revocation_requested(&self) -> bool {
+        self.raw == REVOKE_REQUEST
+    }
+
     /// Owner data for this process with the given id.
     #[cfg(test)]
     pub(crate) fn for_this_process(id: Option<&str>) -> OwnerInfo {
@@ -440,6 +460,9 @@ impl OwnerInfo {
             raw: data.to_vec(),
             ..OwnerInfo::default()
         };
+        if data == REVOKE_REQUEST {
+            return info; // no owner left to read: see `revocation_requested`
+        }
         let (lines, proclaimed) = split_proclaimed(data);
         info.proclaimed = proclaimed.map(<[u8]>::to_vec);
         let Ok(text) = std::str::from_utf8(lines) else {
@@ -471,7 +494,6 @@ impl OwnerInfo {
     }
 }
 
-/// Splits node data into the owner lines and the proclaimed value after the first empty line.
 /// This machine's host name, read once per process.
 fn this_host() -> Option<&'static str> {
     static HOST: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
@@ -549,6 +571,7 @@ fn push_number_line(out: &mut Vec<u8>, key: &str, mut number: u64) {
     out.push(b'\n');
 }
 
+/// Splits node data into the owner lines and the proclaimed value after the first empty line.
 fn split_proclaimed(data: &[u8]) -> (&[u8], Option<&[u8]>) {
     if data.starts_with(b"\n") {
         return (&[], Some(&data[1..]));
@@ -563,6 +586,9 @@ impl fmt::Display for OwnerInfo {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let id = self.id.as_deref().unwrap_or("?");
         write!(f, "{id}")?;
+        if self.revocation_requested() {
+            return write!(f, " (revocation requested)");
+        }
         match (&self.host, self.pid) {
             (Some(h), Some(p)) => write!(f, " ({h}, pid {p})"),
             (Some(h), None) => write!(f, " ({h})"),

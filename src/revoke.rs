@@ -15,11 +15,8 @@ use std::sync::Arc;
 use tokio::sync::watch;
 
 use crate::error::{Error, Result};
-use crate::node;
+use crate::node::{self, REVOKE_REQUEST};
 use crate::session::{NodeEvent, Session, Shared};
-
-/// The data that asks a lock holder to let go (Curator's `LockInternals.REVOKE_MESSAGE`).
-pub(crate) const REVOKE_REQUEST: &[u8] = b"__REVOKE__";
 
 /// A revocable lease's watch on its node's data; stops watching when dropped.
 pub(crate) struct RevocationWatch {

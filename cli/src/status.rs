@@ -57,8 +57,11 @@ struct Entry {
     sequence: i32,
     /// Hex (`0x…`), as ZooKeeper's own tools print it; a JSON number would lose precision.
     session_id: String,
-    /// Who made the node, from its data; each field null when unknown (another client's).
+    /// Who made the node, from its data; each field null when unknown (another client's,
+    /// or a holder asked to let go, whose data the request overwrote).
     owner: Owner,
+    /// Someone asked this holder to let go (`zkfence revoke`, Curator's revocation).
+    revocation_requested: bool,
     /// "exclusive" (a lock, a writer, a candidate), "shared" (a reader) or "permit" (a
     /// semaphore's lease).
     mode: &'static str,
@@ -85,6 +88,7 @@ impl Entry {
                 host: c.owner.host.clone(),
                 pid: c.owner.pid,
             },
+            revocation_requested: c.owner.revocation_requested(),
             mode,
             age_ms: age_ms(c.created_ms),
         }

@@ -459,6 +459,7 @@ async fn status_and_leader_report_known_queues_as_json() {
     assert_eq!(holder["node"], lease.path());
     assert_eq!(holder["session_id"], format!("0x{:x}", a.id() as u64));
     assert!(holder["age_ms"].as_u64().is_some());
+    assert_eq!(holder["revocation_requested"], false);
     let waiters = json["waiters"].as_array().unwrap();
     assert_eq!(waiters.len(), 1);
     assert_eq!(waiters[0]["owner"]["id"], "beta");
@@ -474,6 +475,7 @@ async fn status_and_leader_report_known_queues_as_json() {
             "mode",
             "node",
             "owner",
+            "revocation_requested",
             "sequence",
             "session_id",
             "token"

@@ -104,6 +104,36 @@ async fn an_exec_that_is_not_revocable_ignores_the_request() {
     }
     let again = revoke(&zk.connect_string(), &[&path]).await;
     assert_eq!(again.code, Some(0), "still held: {}", again.stderr);
+    // The request overwrote the holder's owner data: status says so, not "__REVOKE__".
+    let status = finish(
+        zkfence(&zk.connect_string(), &["status", &path])
+            .spawn()
+            .unwrap(),
+        Duration::from_secs(20),
+    )
+    .await;
+    assert_eq!(status.code, Some(0), "{}", status.stderr);
+    assert!(
+        status.stdout.contains("revocation requested") && !status.stdout.contains("__REVOKE__"),
+        "{}",
+        status.stdout
+    );
+    let json = finish(
+        zkfence(&zk.connect_string(), &["status", &path, "--json"])
+            .spawn()
+            .unwrap(),
+        Duration::from_secs(20),
+    )
+    .await;
+    let doc: serde_json::Value = serde_json::from_str(&json.stdout).expect(&json.stdout);
+    let holder = &doc["holders"][0];
+    assert_eq!(holder["revocation_requested"], true, "{}", json.stdout);
+    assert_eq!(
+        holder["owner"]["id"],
+        serde_json::Value::Null,
+        "{}",
+        json.stdout
+    );
     // Our own SIGTERM still works: CMD's trap exits 3, which zkfence passes on.
     signal(&cli, libc::SIGTERM);
     let ran = finish(cli, Duration::from_secs(15)).await;
