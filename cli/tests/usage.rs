@@ -503,6 +503,7 @@ async fn every_json_output_follows_the_documented_schema() {
             "mode",
             "node",
             "owner",
+            "revocation_requested",
             "sequence",
             "session_id",
             "token"
