@@ -89,6 +89,13 @@ struct ConnectArgs {
     /// the session timeout]
     #[arg(long, value_parser = duration::parse, value_name = "DUR")]
     connect_timeout: Option<Duration>,
+
+    /// The servers' tickTime (zoo.cfg), declared so the lease clock may trust a sync and
+    /// keepalives need no transaction. Never lower than the servers' real tickTime: the
+    /// lease clock is then only as safe as that. A session timeout too short for it is
+    /// refused (exit 2). [default: undeclared: the clock trusts only committed writes]
+    #[arg(long, env = "ZKFENCE_SERVER_TICK_TIME", value_parser = duration::parse, value_name = "DUR")]
+    server_tick_time: Option<Duration>,
 }
 
 impl ConnectArgs {
@@ -98,6 +105,7 @@ impl ConnectArgs {
             connect: self.connect.or_else(|| outer.connect.clone()),
             session_timeout: self.session_timeout.or(outer.session_timeout),
             connect_timeout: self.connect_timeout.or(outer.connect_timeout),
+            server_tick_time: self.server_tick_time.or(outer.server_tick_time),
         }
     }
 }
@@ -608,6 +616,7 @@ pub(crate) struct Global {
     pub(crate) connect: String,
     pub(crate) session_timeout: Duration,
     pub(crate) connect_timeout: Option<Duration>,
+    pub(crate) server_tick_time: Option<Duration>,
     pub(crate) security: Security,
 }
 
@@ -627,6 +636,7 @@ impl Global {
                 .session_timeout
                 .unwrap_or(Duration::from_secs(10)),
             connect_timeout: connection.connect_timeout,
+            server_tick_time: connection.server_tick_time,
             security,
         })
     }
@@ -636,6 +646,9 @@ impl Global {
         let mut options = SessionOptions::new().session_timeout(self.session_timeout);
         if let Some(t) = self.connect_timeout {
             options = options.connect_timeout(t);
+        }
+        if let Some(tick) = self.server_tick_time {
+            options = options.server_tick_time(tick);
         }
         Session::connect(&self.connect, self.security.apply(options))
             .await

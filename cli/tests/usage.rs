@@ -876,3 +876,52 @@ async fn printing_into_a_closed_pipe_stops_quietly() {
         assert_eq!(ran.code, Some(0), "zkfence status: {}", ran.stderr);
     }
 }
+
+/// `--server-tick-time` (or `ZKFENCE_SERVER_TICK_TIME`) declares the servers' `tickTime` to
+/// the lease clock, as `SessionOptions::server_tick_time` does: settings it makes unsound are
+/// refused with exit 2 before anything is held, a sound declaration runs, a bad value is
+/// named.
+#[tokio::test]
+async fn server_tick_time_is_declared_to_the_lease_clock() {
+    let zk = shared_ensemble();
+    let path = unique_path("tick-declared");
+    let exec = |tick: &str| {
+        let tick = tick.to_string();
+        let path = path.clone();
+        let connect = zk.connect_string();
+        async move {
+            let args = [
+                "--session-timeout",
+                "4s",
+                "--server-tick-time",
+                &tick,
+                "exec",
+                &path,
+                "--",
+                "true",
+            ];
+            run(zkfence(&connect, &args), Duration::from_secs(20)).await
+        }
+    };
+    // The ensemble's own tickTime (200 ms): the clock keeps 4 s − 2 × 200 ms less its margin.
+    let sound = exec("200ms").await;
+    assert_eq!(sound.code, Some(0), "{}", sound.stderr);
+    // 2 × 2 s leaves a 4 s session's clock nothing to vouch with.
+    let unsound = exec("2s").await;
+    assert_eq!(unsound.code, Some(2), "{}", unsound.stderr);
+    assert!(unsound.stderr.contains("unsound"), "{}", unsound.stderr);
+    // The same from the environment.
+    let mut from_env = zkfence(
+        &zk.connect_string(),
+        &["--session-timeout", "4s", "exec", &path, "--", "true"],
+    );
+    from_env.env("ZKFENCE_SERVER_TICK_TIME", "2s");
+    let from_env = run(from_env, Duration::from_secs(20)).await;
+    assert_eq!(from_env.code, Some(2), "{}", from_env.stderr);
+    assert!(from_env.stderr.contains("unsound"), "{}", from_env.stderr);
+    let bad = exec("soon").await;
+    assert_eq!(bad.code, Some(2), "{}", bad.stderr);
+    assert!(bad.stderr.contains("--server-tick-time"), "{}", bad.stderr);
+    let observer = connect(&zk.connect_string(), Duration::from_secs(4)).await;
+    until_children(&observer, &path, 0).await;
+}

@@ -24,6 +24,7 @@ pub fn zkfence(connect: &str, args: &[&str]) -> Command {
         .arg(connect)
         .args(args)
         .env_remove("ZKFENCE_CONNECT")
+        .env_remove("ZKFENCE_SERVER_TICK_TIME")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
