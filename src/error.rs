@@ -164,7 +164,8 @@ pub enum Error {
         path: String,
         /// How long the acquire waited.
         waited: Duration,
-        /// How many contenders were ahead of us at the last look (the holder included).
+        /// How many contenders were ahead of us when the acquire gave up (the holder
+        /// included), or at its last look if the queue could not be read then.
         ahead: usize,
         /// Who held when the acquire gave up (node, token, session, owner id, host and pid),
         /// read then, if it could be read within a short grace.

@@ -328,6 +328,37 @@ async fn cancelled_acquires_and_timeouts_leave_no_node() {
     assert!(children(&s, &dir).await.is_empty());
 }
 
+/// A timeout that falls before the acquire's first look at the queue (shorter than a round
+/// trip) still says how many are ahead and who holds: read when it gives up, not left at
+/// "0 ahead" because it never looked.
+#[tokio::test]
+async fn a_timeout_before_the_first_look_still_counts_who_is_ahead() {
+    let dir = unique_path("timeout-before-look");
+    let s = session().await;
+    let holder = s.lock(&dir).acquire().await.unwrap();
+    let waiter = session().await;
+    for round in 0..5 {
+        let err = waiter
+            .lock(&dir)
+            .acquire_timeout(Duration::from_micros(50))
+            .await
+            .unwrap_err();
+        match &err {
+            Error::Timeout {
+                ahead,
+                holder: Some(h),
+                ..
+            } => {
+                assert_eq!(*ahead, 1, "round {round}: {err}");
+                assert_eq!(h.node, holder.path(), "round {round}: {err}");
+            }
+            other => panic!("round {round}: expected a timeout naming the holder, got {other}"),
+        }
+        until_children(&s, &dir, 1).await;
+    }
+    holder.release().await.unwrap();
+}
+
 /// The hardest case behind "no orphaned nodes": the acquire is cancelled while its create is
 /// at the server but its answer has not come back, so the acquire cannot know its node's
 /// name. The proxy holds the answers back; the node is seen on the server first, then the

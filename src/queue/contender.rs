@@ -130,12 +130,16 @@ impl Queue {
         }
     }
 
-    /// Who holds now, for [`Error::Timeout`](crate::Error::Timeout): one listing and one
-    /// read, bounded together by the cleanup grace so a silent ensemble does not delay the
-    /// error; `None` if nobody else holds or it could not be read in time. Our own node is
-    /// still there (the cleanup comes after the error) and is first if the holder left just
-    /// as we gave up: we do not name ourselves.
-    pub(super) async fn holder_now(&self, ours: &Pending) -> Option<Box<Contender>> {
+    /// How many are ahead of us and who holds now, for [`Error::Timeout`](crate::Error::Timeout):
+    /// one listing and one read, bounded together by the cleanup grace so a silent ensemble
+    /// does not delay the error. Read when the acquire gives up, which may be before it
+    /// looked at all. `None` for what could not be read in time; no holder if nobody else
+    /// holds. Our own node is still there (the cleanup comes after the error) and is first
+    /// if the holder left just as we gave up: we do not name ourselves.
+    pub(super) async fn at_timeout(
+        &self,
+        ours: &Pending,
+    ) -> (Option<usize>, Option<Box<Contender>>) {
         let own = ours
             .node
             .as_deref()
@@ -147,17 +151,24 @@ impl Queue {
             None => ours.sent && name.contains(&marker),
         };
         let look = async {
-            let children = self.shared().list(&self.dir).await.ok()??;
-            let (_, first) = node::queue_order(children).into_iter().next()?;
-            if is_ours(&first) {
-                return None;
-            }
-            self.describe(Some(&first)).await
+            let Ok(Some(children)) = self.shared().list(&self.dir).await else {
+                return (None, None);
+            };
+            let queue = node::queue_order(children);
+            let ahead = match own {
+                Some(own) => queue.iter().position(|(_, name)| name == own),
+                // No node of ours is known: every other contender is ahead of it.
+                None => Some(queue.iter().filter(|(_, name)| !is_ours(name)).count()),
+            };
+            let holder = match queue.first() {
+                Some((_, first)) if !is_ours(first) => self.describe(Some(first)).await,
+                _ => None,
+            };
+            (ahead, holder)
         };
         tokio::time::timeout(CLEANUP_GRACE, look)
             .await
-            .ok()
-            .flatten()
+            .unwrap_or((None, None))
     }
 
     /// How many are ahead of `node` and who else holds, for a timeout error; bounded by the

@@ -240,13 +240,18 @@ impl Queue {
         };
         let result = match timed {
             Ok(result) => result,
-            Err(_) => Err(Error::Timeout {
-                path: self.dir.to_string(),
-                waited: started.elapsed(),
-                ahead: progress.ahead,
+            Err(_) => {
+                let waited = started.elapsed();
                 // Boxed, as the rare steps below: each would widen every waiter's state.
-                holder: Box::pin(self.holder_now(&pending)).await,
-            }),
+                let (ahead, holder) = Box::pin(self.at_timeout(&pending)).await;
+                Err(Error::Timeout {
+                    path: self.dir.to_string(),
+                    waited,
+                    // The last look's count if the queue could not be read now.
+                    ahead: ahead.unwrap_or(progress.ahead),
+                    holder,
+                })
+            }
         };
         telemetry::waited(&tag, started, &result);
         match result {
