@@ -431,6 +431,12 @@ async fn try_acquire_never_waits() {
         .await
         .unwrap()
         .expect("free lock");
+    // b's server has seen the holder (it may be a follower a little behind the leader; one
+    // that has not yet sees a free lock, and the create and listing behind it decide).
+    eventually(STEP, "b's server lists the holder", || async {
+        children(&b, &dir).await.len() == 1
+    })
+    .await;
     let creates = b.metrics().creates;
     assert!(b.lock(&dir).try_acquire().await.unwrap().is_none());
     assert_eq!(
