@@ -238,6 +238,61 @@ async fn a_cut_right_after_a_keepalive_with_a_small_margin_still_lets_the_holder
     trials(Traffic::CutAfterKeepalive, 10, "cut after keepalive").await;
 }
 
+/// A session on a follower that has seen `held` taken, then cut off from its leader, and the
+/// release of `held` on the leader: what a `try_acquire` on that follower must not get wrong.
+struct ReleasedBehindCut {
+    trier: Session,
+    follower: usize,
+    released: Instant,
+}
+
+async fn release_behind_a_cut(zk: &Ensemble, held: &str) -> ReleasedBehindCut {
+    let leader = zk.wait_for_leader(Duration::from_secs(20)).await.unwrap();
+    let follower = (0..zk.len()).find(|&i| i != leader).unwrap();
+    let holder = connect(&zk.node_connect_string(leader), T).await;
+    let trier = connect(&zk.node_connect_string(follower), T).await;
+    let lease = holder.lock(held).acquire().await.unwrap();
+    // The follower has seen the holder's node.
+    eventually(
+        Duration::from_secs(5),
+        "the follower lists the holder",
+        || async { children(&trier, held).await.len() == 1 },
+    )
+    .await;
+    zk.isolate(follower);
+    lease.release().await.unwrap();
+    ReleasedBehindCut {
+        trier,
+        follower,
+        released: Instant::now(),
+    }
+}
+
+/// Prints what `try_acquire` answered, heals the cut and fails if it said "taken"; returns
+/// the lease if it was granted.
+async fn never_reported_taken<L>(
+    zk: &Ensemble,
+    cut: &ReleasedBehindCut,
+    what: &str,
+    tried: zkfence::Result<Option<L>>,
+) -> Option<L> {
+    let outcome = match &tried {
+        Ok(Some(_)) => "granted".to_string(),
+        Ok(None) => "reported taken".to_string(),
+        Err(e) => format!("failed: {e}"),
+    };
+    eprintln!(
+        "{what} try_acquire {:?} after the release: {outcome}",
+        cut.released.elapsed()
+    );
+    heal_and_rejoin(zk, cut.follower).await;
+    assert!(
+        !matches!(tried, Ok(None)),
+        "{what}: a lock released before try_acquire was reported taken by a follower cut off from its leader"
+    );
+    tried.ok().flatten()
+}
+
 /// `try_acquire` reads the queue before it writes anything; a follower cut off from its
 /// leader still answers that read (for `syncLimit × tickTime`) with what it last heard, which
 /// can show a lock released before the call as still held. The answer "taken" must not come
@@ -247,40 +302,12 @@ async fn a_cut_right_after_a_keepalive_with_a_small_margin_still_lets_the_holder
 async fn try_acquire_on_a_cut_off_follower_never_reports_a_released_lock_taken() {
     let _turn = ONE_AT_A_TIME.lock().await;
     let zk = ensemble();
-    let leader = zk.wait_for_leader(Duration::from_secs(20)).await.unwrap();
-    let follower = (0..zk.len()).find(|&i| i != leader).unwrap();
     let dir = unique_path("try-stale-follower");
-    let holder = connect(&zk.node_connect_string(leader), T).await;
-    let trier = connect(&zk.node_connect_string(follower), T).await;
-    let lease = holder.lock(&dir).acquire().await.unwrap();
-    // The follower has seen the holder's node.
-    eventually(
-        Duration::from_secs(5),
-        "the follower lists the holder",
-        || async { children(&trier, &dir).await.len() == 1 },
-    )
-    .await;
-    zk.isolate(follower);
-    lease.release().await.unwrap();
-    let released = Instant::now();
-    let tried = tokio::time::timeout(Duration::from_secs(30), trier.lock(&dir).try_acquire())
+    let cut = release_behind_a_cut(zk, &dir).await;
+    let tried = tokio::time::timeout(Duration::from_secs(30), cut.trier.lock(&dir).try_acquire())
         .await
         .expect("try_acquire answers");
-    let outcome = match &tried {
-        Ok(Some(_)) => "granted".to_string(),
-        Ok(None) => "reported taken".to_string(),
-        Err(e) => format!("failed: {e}"),
-    };
-    eprintln!(
-        "try_acquire {:?} after the release: {outcome}",
-        released.elapsed()
-    );
-    heal_and_rejoin(zk, follower).await;
-    assert!(
-        !matches!(tried, Ok(None)),
-        "a lock released before try_acquire was reported taken by a follower cut off from its leader"
-    );
-    if let Ok(Some(lease)) = tried {
+    if let Some(lease) = never_reported_taken(zk, &cut, "a lock's", tried).await {
         lease.release().await.unwrap();
     }
 }
@@ -292,46 +319,19 @@ async fn try_acquire_on_a_cut_off_follower_never_reports_a_released_lock_taken()
 async fn multi_lock_try_acquire_on_a_cut_off_follower_never_reports_a_released_lock_taken() {
     let _turn = ONE_AT_A_TIME.lock().await;
     let zk = ensemble();
-    let leader = zk.wait_for_leader(Duration::from_secs(20)).await.unwrap();
-    let follower = (0..zk.len()).find(|&i| i != leader).unwrap();
     let dirs = [
         unique_path("multi-try-stale-follower"),
         unique_path("multi-try-stale-follower"),
     ];
+    let cut = release_behind_a_cut(zk, &dirs[1]).await;
     let paths = [dirs[0].as_str(), dirs[1].as_str()];
-    let holder = connect(&zk.node_connect_string(leader), T).await;
-    let trier = connect(&zk.node_connect_string(follower), T).await;
-    let lease = holder.lock(&dirs[1]).acquire().await.unwrap();
-    eventually(
-        Duration::from_secs(5),
-        "the follower lists the holder",
-        || async { children(&trier, &dirs[1]).await.len() == 1 },
-    )
-    .await;
-    zk.isolate(follower);
-    lease.release().await.unwrap();
-    let released = Instant::now();
     let tried = tokio::time::timeout(
         Duration::from_secs(30),
-        trier.multi_lock(&paths).try_acquire(),
+        cut.trier.multi_lock(&paths).try_acquire(),
     )
     .await
     .expect("try_acquire answers");
-    let outcome = match &tried {
-        Ok(Some(_)) => "granted".to_string(),
-        Ok(None) => "reported taken".to_string(),
-        Err(e) => format!("failed: {e}"),
-    };
-    eprintln!(
-        "multi-lock try_acquire {:?} after the release: {outcome}",
-        released.elapsed()
-    );
-    heal_and_rejoin(zk, follower).await;
-    assert!(
-        !matches!(tried, Ok(None)),
-        "a path released before a multi-lock's try_acquire was reported taken by a follower cut off from its leader"
-    );
-    if let Ok(Some(lease)) = tried {
+    if let Some(lease) = never_reported_taken(zk, &cut, "a multi-lock's", tried).await {
         lease.release().await.unwrap();
     }
 }
