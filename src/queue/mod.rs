@@ -223,8 +223,7 @@ impl Queue {
     }
 
     async fn join_bound(&self, deadline: Option<Instant>) -> Result<Grant> {
-        let uuid = self.uuid.unwrap_or_else(uuid::Uuid::new_v4);
-        let mut pending = self.pending(&uuid);
+        let mut pending = self.pending(&self.uuid.unwrap_or_else(uuid::Uuid::new_v4));
         let mut progress = Progress::default();
         let started = Instant::now();
         let tag = self.tag();
@@ -232,38 +231,64 @@ impl Queue {
         let span =
             tracing::info_span!("zkfence.acquire", dir = %self.dir, node = tracing::field::Empty);
         let wait = self
-            .enqueue_and_wait(&uuid, &mut pending, &mut progress)
+            .enqueue_and_wait(&mut pending, &mut progress)
             .instrument(span);
-        let timed = match deadline {
-            None => Ok(wait.await),
-            Some(deadline) => tokio::time::timeout_at(deadline, wait).await,
+        // The wait's answer is matched where it arrives, never bound: a binding's room is
+        // reserved beside the wait for as long as the waiter waits.
+        let failure = match deadline {
+            None => match wait.await {
+                Ok(grant) => return Self::granted(grant, &mut pending, &tag, started),
+                Err(err) => Some(err),
+            },
+            // Boxed: a timer is 96 bytes, and most waiters have no deadline.
+            Some(deadline) => match Box::pin(tokio::time::timeout_at(deadline, wait)).await {
+                Ok(Ok(grant)) => return Self::granted(grant, &mut pending, &tag, started),
+                Ok(Err(err)) => Some(err),
+                Err(_) => None,
+            },
         };
-        let result = match timed {
-            Ok(result) => result,
-            Err(_) => {
+        // Boxed, and handed what it needs by value: the rare steps of a failed wait, kept in
+        // this future, would sit beside the wait in every waiter's state for as long as it
+        // waits.
+        Box::pin(self.give_up(failure, pending, progress, tag, started)).await
+    }
+
+    /// A join that holds: our node is the lease's now.
+    fn granted(grant: Grant, pending: &mut Pending, tag: &Tag, started: Instant) -> Result<Grant> {
+        let granted = Ok(grant);
+        telemetry::waited(tag, started, &granted);
+        pending.disarm();
+        granted
+    }
+
+    /// A join that failed with `failure`, or whose deadline passed (`None`): the error
+    /// (a timeout's error names who holds and how many were ahead), and our node cleaned up.
+    async fn give_up(
+        &self,
+        failure: Option<Error>,
+        mut pending: Pending,
+        progress: Progress,
+        tag: Tag,
+        started: Instant,
+    ) -> Result<Grant> {
+        let err = match failure {
+            Some(err) => err,
+            None => {
                 let waited = started.elapsed();
-                // Boxed, as the rare steps below: each would widen every waiter's state.
-                let (ahead, holder) = Box::pin(self.at_timeout(&pending)).await;
-                Err(Error::Timeout {
+                let (ahead, holder) = self.at_timeout(&pending).await;
+                Error::Timeout {
                     path: self.dir.to_string(),
                     waited,
                     // The last look's count if the queue could not be read now.
                     ahead: ahead.unwrap_or(progress.ahead),
                     holder,
-                })
+                }
             }
         };
+        let result = Err(err);
         telemetry::waited(&tag, started, &result);
-        match result {
-            Ok(grant) => {
-                pending.disarm();
-                Ok(grant)
-            }
-            Err(err) => {
-                Box::pin(pending.cleanup()).await;
-                Err(err)
-            }
-        }
+        pending.cleanup().await;
+        result
     }
 
     /// Joins without waiting: `Ok(None)` if the admission rule would make us wait.
@@ -328,7 +353,6 @@ impl Queue {
 
     async fn enqueue_and_wait(
         &self,
-        uuid: &uuid::Uuid,
         pending: &mut Pending,
         progress: &mut Progress,
     ) -> Result<Grant> {
@@ -337,7 +361,8 @@ impl Queue {
         // The block ends before the wait is awaited, so what it names is not kept beside
         // the wait's own copies for as long as the waiter waits.
         {
-            let enqueued = Box::pin(self.enqueue(uuid, pending)).await?;
+            let uuid = pending.uuid;
+            let enqueued = Box::pin(self.enqueue(&uuid, pending)).await?;
             tracing::Span::current().record("node", enqueued.created.path.as_str());
             let listing = self.listing(&enqueued, pending);
             self.wait(enqueued.created, listing, progress)
