@@ -499,43 +499,49 @@ impl Queue {
             // The latest notification that someone ahead left, for the release-to-grant time.
             let mut woke: Option<telemetry::Woke> = None;
             loop {
-                let (place, index, queue, children_watch) =
-                    Box::pin(self.position(&created, &mut listing, progress, permits)).await?;
-                if !matches!(place, Place::Holds) && waiting.is_none() {
-                    waiting = Some(telemetry::Waiting::start(&tag));
-                }
-                let (watched, holds_when_gone) = match place {
-                    Place::Holds => {
-                        let grant = Box::pin(self.grant(created, None)).await?;
-                        telemetry::release_to_grant(&tag, woke);
-                        return Ok(grant);
+                // One look, in a block: a local's room is kept from its statement to the end
+                // of its block, across every await in between, and the wait below needs only
+                // the predecessor. The listing can be large (every contender's name): it ends
+                // with the block, or a deep queue would hold one copy per waiter.
+                let (predecessor, predecessor_sequence, holds_when_gone) = {
+                    let (place, index, queue, children_watch) =
+                        Box::pin(self.position(&created, &mut listing, progress, permits)).await?;
+                    if !matches!(place, Place::Holds) && waiting.is_none() {
+                        waiting = Some(telemetry::Waiting::start(&tag));
                     }
-                    Place::WaitsForAnyChange => {
-                        tracing::info!(
-                            position = index,
-                            ahead = index,
-                            "queued: waiting for a permit"
-                        );
-                        Counters::bump(&shared.counters.watches);
-                        let watch = children_watch.expect("listed with a watch");
-                        // Boxed: the largest step of this future, which every waiter carries.
-                        Box::pin(watch.changed()).await?;
-                        woke = Some(telemetry::Woke::now());
-                        Counters::bump(&shared.counters.wakeups);
-                        continue;
-                    }
-                    Place::Waits {
-                        watched,
+                    let (watched, holds_when_gone) = match place {
+                        Place::Holds => {
+                            let grant = Box::pin(self.grant(created, None)).await?;
+                            telemetry::release_to_grant(&tag, woke);
+                            return Ok(grant);
+                        }
+                        Place::WaitsForAnyChange => {
+                            tracing::info!(
+                                position = index,
+                                ahead = index,
+                                "queued: waiting for a permit"
+                            );
+                            Counters::bump(&shared.counters.watches);
+                            let watch = children_watch.expect("listed with a watch");
+                            // Boxed: the largest step of this future, which every waiter carries.
+                            Box::pin(watch.changed()).await?;
+                            woke = Some(telemetry::Woke::now());
+                            Counters::bump(&shared.counters.wakeups);
+                            continue;
+                        }
+                        Place::Waits {
+                            watched,
+                            holds_when_gone,
+                        } => (watched, holds_when_gone),
+                    };
+                    let holder = queue.first().map(|(_, n)| n.as_str());
+                    tracing::info!(position = index, ahead = index, holder, "queued");
+                    (
+                        format!("{}/{}", self.dir, queue[watched].1),
+                        queue[watched].0,
                         holds_when_gone,
-                    } => (watched, holds_when_gone),
+                    )
                 };
-                let predecessor = format!("{}/{}", self.dir, queue[watched].1);
-                let predecessor_sequence = queue[watched].0;
-                let holder = queue.first().map(|(_, n)| n.as_str());
-                tracing::info!(position = index, ahead = index, holder, "queued");
-                // The listing can be large (every contender's name): do not keep it across the
-                // wait, or a deep queue holds one copy per waiter.
-                drop(queue);
                 if !holds_when_gone {
                     // Deeper in the queue: the deletion of what we watch only sends us back to
                     // list, and the listing shows whether our node still exists.
