@@ -303,7 +303,12 @@ impl Election {
         })
     }
 
-    /// The current leader, or `None` if nobody campaigns. Reads only the head of the queue.
+    /// The current leader, or `None` if nobody campaigns. Reads only the head of the queue,
+    /// after a `sync` (a round trip to the ZooKeeper leader, no transaction): a server behind
+    /// the ZooKeeper leader (a follower cut off from it still answers reads) does not report
+    /// nobody leading for an election won before the call. (A ZooKeeper leader itself cut
+    /// off from its peers answers a `sync` alone for up to about one tickTime after a new
+    /// one exists.)
     ///
     /// # Cancel safety
     /// Cancel safe: it only reads.
@@ -313,7 +318,7 @@ impl Election {
     /// - [`Error::SessionExpired`], [`Error::SessionClosed`].
     pub async fn leader(&self) -> Result<Option<LeaderInfo>> {
         node::validate_path(&self.path)?;
-        let contenders = queue::list_contenders(&self.session.shared(), &self.path, 1).await?;
+        let contenders = queue::list_contenders_now(&self.session.shared(), &self.path, 1).await?;
         Ok(contenders.into_iter().next().map(|c| LeaderInfo {
             id: c.owner.id.clone(),
             node: c.node,
@@ -323,7 +328,8 @@ impl Election {
         }))
     }
 
-    /// Follows leader changes: the first item is the leader now, then one item per change
+    /// Follows leader changes: the first item is the leader now (as of the call, as
+    /// [`leader`](Self::leader): our server catches up first), then one item per change
     /// (`None` when nobody leads), in the order of the elections (tokens only grow), and one
     /// per value the leader [proclaims](Leadership::proclaim), in the order proclaimed. A
     /// leadership or a value that lasts less than one round trip may be skipped. Works from any session, also
@@ -341,6 +347,12 @@ impl Election {
         let task = tokio::spawn(async move {
             // The head's name and data last sent: an item goes out when either changes.
             let mut last: Option<Option<(String, Vec<u8>)>> = None;
+            // The first item is the leader as of the call, not as of a server behind the
+            // ZooKeeper leader: our server catches up first (see `leader`).
+            if let Err(err) = shared.sync(&path).await {
+                let _ = tx.send(Err(err));
+                return;
+            }
             loop {
                 let (head, children) = match shared.list_watched(&path).await {
                     Ok(Some((children, watch))) => {

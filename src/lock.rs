@@ -241,7 +241,9 @@ impl Lock {
             .map(|grant| self.lease(grant, claim)))
     }
 
-    /// The contenders now: holder first, then the waiters in order.
+    /// The contenders now: holder first, then the waiters in order. Read after a `sync` (a
+    /// round trip to the ZooKeeper leader, no transaction), so that a server behind the
+    /// leader does not show the queue as it was before the call.
     ///
     /// # Cancel safety
     /// Cancel safe: it only reads.

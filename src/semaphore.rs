@@ -235,7 +235,8 @@ impl Semaphore {
         Ok(grant?.map(|grant| Lease::new(self.leases_dir().into(), grant, Claim::none())))
     }
 
-    /// The current holders of permits, oldest first (not the acquirer waiting for one).
+    /// The current holders of permits, oldest first (not the acquirer waiting for one), read
+    /// after a `sync` with the ZooKeeper leader as [`Lock::contenders`](crate::Lock::contenders).
     ///
     /// # Cancel safety
     /// Cancel safe: it only reads.
@@ -245,7 +246,7 @@ impl Semaphore {
     /// - [`Error::SessionExpired`], [`Error::SessionClosed`].
     pub async fn holders(&self) -> Result<Vec<Contender>> {
         crate::node::validate_path(&self.path)?;
-        queue::list_contenders(&self.session.shared(), &self.leases_dir(), self.permits).await
+        queue::list_contenders_now(&self.session.shared(), &self.leases_dir(), self.permits).await
     }
 
     /// A timeout of the inner lock or leases queue, reported against the semaphore.

@@ -335,3 +335,86 @@ async fn multi_lock_try_acquire_on_a_cut_off_follower_never_reports_a_released_l
         lease.release().await.unwrap();
     }
 }
+
+/// An election won on the ZooKeeper leader's side while `observer`'s server, a follower, is
+/// cut off from it, and `ask` run from `observer` right after: what it answered, once the
+/// cut has healed. The follower still answers reads (for `syncLimit × tickTime`) with what it
+/// last heard, in which nobody leads; an answer that waits for the leader comes after the
+/// heal.
+async fn asked_behind_a_cut<T, F, Fut>(path: &str, ask: F) -> (zkfence::Result<T>, u64)
+where
+    T: Send + 'static,
+    F: FnOnce(Session) -> Fut,
+    Fut: std::future::Future<Output = zkfence::Result<T>> + Send + 'static,
+{
+    let zk = ensemble();
+    let leader = zk.wait_for_leader(Duration::from_secs(20)).await.unwrap();
+    let follower = (0..zk.len()).find(|&i| i != leader).unwrap();
+    let candidate = connect(&zk.node_connect_string(leader), T).await;
+    let observer = connect(&zk.node_connect_string(follower), T).await;
+    zk.isolate(follower);
+    let leadership = candidate.election(path).campaign("a").await.unwrap();
+    let asked = Instant::now();
+    let call = tokio::spawn(ask(observer));
+    // Heal once the call has answered or the follower has stopped serving (no stale read can
+    // come from it after that).
+    eventually(
+        Duration::from_secs(30),
+        "the call answers or the follower stops serving",
+        || async { call.is_finished() || !zk.serving(follower).await },
+    )
+    .await;
+    heal_and_rejoin(zk, follower).await;
+    let answer = tokio::time::timeout(Duration::from_secs(30), call)
+        .await
+        .expect("the call answers once the cut has healed")
+        .expect("the call's task");
+    eprintln!("answered {:?} after the call", asked.elapsed());
+    let token = leadership.token().get();
+    leadership.resign().await.unwrap();
+    (answer, token)
+}
+
+/// `Election::leader` is the leader now: a follower cut off from the ZooKeeper leader must
+/// not answer "nobody leads" for an election won before the call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leader_on_a_cut_off_follower_never_misses_an_election_won_before_the_call() {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let path = unique_path("leader-stale-follower");
+    let p = path.clone();
+    let (answer, token) = asked_behind_a_cut(&path, |observer| async move {
+        observer.election(&p).leader().await
+    })
+    .await;
+    match answer {
+        Ok(Some(info)) => {
+            assert_eq!(info.id.as_deref(), Some("a"));
+            assert_eq!(info.token.get(), token);
+        }
+        Ok(None) => panic!("a follower cut off from its leader reported nobody leading"),
+        // The observer's session may expire while its server is cut off: an error is not a
+        // wrong answer.
+        Err(e) => eprintln!("leader() failed: {e}"),
+    }
+}
+
+/// The first item of `Election::observe` is the leader now, as `leader` is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn observe_on_a_cut_off_follower_starts_with_an_election_won_before_the_call() {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let path = unique_path("observe-stale-follower");
+    let p = path.clone();
+    let (answer, token) = asked_behind_a_cut(&path, |observer| async move {
+        let mut changes = observer.election(&p).observe();
+        changes.next().await.expect("the observer's first item")
+    })
+    .await;
+    match answer {
+        Ok(Some(info)) => {
+            assert_eq!(info.id.as_deref(), Some("a"));
+            assert_eq!(info.token.get(), token);
+        }
+        Ok(None) => panic!("a follower cut off from its leader reported nobody leading first"),
+        Err(e) => eprintln!("observe() failed: {e}"),
+    }
+}

@@ -68,6 +68,20 @@ impl Contender {
     }
 }
 
+/// [`list_contenders`] as of the call: a `sync` first (a round trip to the ZooKeeper leader,
+/// no transaction) makes our server catch up, so that a server behind the leader (a follower
+/// cut off from it still answers reads with what it last heard) does not show a queue older
+/// than the call: a holder that took the lock before the call missing, or one that left
+/// before it still there.
+pub(crate) async fn list_contenders_now(
+    shared: &Shared,
+    dir: &str,
+    limit: usize,
+) -> Result<Vec<Contender>> {
+    shared.sync(dir).await?;
+    list_contenders(shared, dir, limit).await
+}
+
 /// The first `limit` contenders under `dir`, holder first, with their owner data. A
 /// contender that left between the listing and the read is skipped.
 pub(crate) async fn list_contenders(
@@ -108,7 +122,7 @@ impl Queue {
     /// Lists the contenders, holder first, with their owner data (bounded multi-reads).
     pub(crate) async fn contenders(&self) -> Result<Vec<Contender>> {
         node::validate_path(&self.dir)?;
-        list_contenders(&self.shared(), &self.dir, usize::MAX).await
+        list_contenders_now(&self.shared(), &self.dir, usize::MAX).await
     }
 
     /// The contender named `name`, for [`Error::Timeout`](crate::Error::Timeout): one read,

@@ -55,8 +55,8 @@ use crate::telemetry::{self, Recipe, Tag};
 
 pub(crate) use admission::Admission;
 use admission::Place;
-pub(crate) use contender::list_contenders;
 pub use contender::Contender;
+pub(crate) use contender::{list_contenders, list_contenders_now};
 pub(crate) use enqueue::Owner;
 use enqueue::{find_own, Enqueued, Pending};
 
