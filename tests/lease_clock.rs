@@ -337,15 +337,16 @@ async fn multi_lock_try_acquire_on_a_cut_off_follower_never_reports_a_released_l
 }
 
 /// An election won on the ZooKeeper leader's side while `observer`'s server, a follower, is
-/// cut off from it, and `ask` run from `observer` right after: what it answered, once the
-/// cut has healed. The follower still answers reads (for `syncLimit × tickTime`) with what it
+/// cut off from it, and `ask` run from `observer` right after; fails if it answered that
+/// nobody leads. The follower still answers reads (for `syncLimit × tickTime`) with what it
 /// last heard, in which nobody leads; an answer that waits for the leader comes after the
-/// heal.
-async fn asked_behind_a_cut<T, F, Fut>(path: &str, ask: F) -> (zkfence::Result<T>, u64)
+/// heal. The observer's session may expire while its server is cut off: an error is not a
+/// wrong answer.
+async fn never_reported_unled<F, Fut>(path: &str, what: &str, ask: F)
 where
-    T: Send + 'static,
     F: FnOnce(Session) -> Fut,
-    Fut: std::future::Future<Output = zkfence::Result<T>> + Send + 'static,
+    Fut:
+        std::future::Future<Output = zkfence::Result<Option<zkfence::LeaderInfo>>> + Send + 'static,
 {
     let zk = ensemble();
     let leader = zk.wait_for_leader(Duration::from_secs(20)).await.unwrap();
@@ -369,10 +370,17 @@ where
         .await
         .expect("the call answers once the cut has healed")
         .expect("the call's task");
-    eprintln!("answered {:?} after the call", asked.elapsed());
+    eprintln!("{what} answered {:?} after the call", asked.elapsed());
     let token = leadership.token().get();
     leadership.resign().await.unwrap();
-    (answer, token)
+    match answer {
+        Ok(Some(info)) => {
+            assert_eq!(info.id.as_deref(), Some("a"));
+            assert_eq!(info.token.get(), token);
+        }
+        Ok(None) => panic!("{what}: a follower cut off from its leader reported nobody leading"),
+        Err(e) => eprintln!("{what} failed: {e}"),
+    }
 }
 
 /// `Election::leader` is the leader now: a follower cut off from the ZooKeeper leader must
@@ -382,20 +390,10 @@ async fn leader_on_a_cut_off_follower_never_misses_an_election_won_before_the_ca
     let _turn = ONE_AT_A_TIME.lock().await;
     let path = unique_path("leader-stale-follower");
     let p = path.clone();
-    let (answer, token) = asked_behind_a_cut(&path, |observer| async move {
+    never_reported_unled(&path, "leader()", |observer| async move {
         observer.election(&p).leader().await
     })
     .await;
-    match answer {
-        Ok(Some(info)) => {
-            assert_eq!(info.id.as_deref(), Some("a"));
-            assert_eq!(info.token.get(), token);
-        }
-        Ok(None) => panic!("a follower cut off from its leader reported nobody leading"),
-        // The observer's session may expire while its server is cut off: an error is not a
-        // wrong answer.
-        Err(e) => eprintln!("leader() failed: {e}"),
-    }
 }
 
 /// The first item of `Election::observe` is the leader now, as `leader` is.
@@ -404,17 +402,9 @@ async fn observe_on_a_cut_off_follower_starts_with_an_election_won_before_the_ca
     let _turn = ONE_AT_A_TIME.lock().await;
     let path = unique_path("observe-stale-follower");
     let p = path.clone();
-    let (answer, token) = asked_behind_a_cut(&path, |observer| async move {
+    never_reported_unled(&path, "observe()'s first item", |observer| async move {
         let mut changes = observer.election(&p).observe();
         changes.next().await.expect("the observer's first item")
     })
     .await;
-    match answer {
-        Ok(Some(info)) => {
-            assert_eq!(info.id.as_deref(), Some("a"));
-            assert_eq!(info.token.get(), token);
-        }
-        Ok(None) => panic!("a follower cut off from its leader reported nobody leading first"),
-        Err(e) => eprintln!("observe() failed: {e}"),
-    }
 }
