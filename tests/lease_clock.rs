@@ -336,17 +336,19 @@ async fn multi_lock_try_acquire_on_a_cut_off_follower_never_reports_a_released_l
     }
 }
 
-/// An election won on the ZooKeeper leader's side while `observer`'s server, a follower, is
-/// cut off from it, and `ask` run from `observer` right after; fails if it answered that
-/// nobody leads. The follower still answers reads (for `syncLimit × tickTime`) with what it
-/// last heard, in which nobody leads; an answer that waits for the leader comes after the
-/// heal. The observer's session may expire while its server is cut off: an error is not a
-/// wrong answer.
-async fn never_reported_unled<F, Fut>(path: &str, what: &str, ask: F)
+/// Something taken on the ZooKeeper leader's side (`take` from a session there, answering
+/// with what it took and that taking's token) while `observer`'s server, a follower, is cut
+/// off from it, and `ask` run from `observer` right after, answering with the token of who
+/// it found holding; fails if it answered that nobody holds. The follower still answers
+/// reads (for `syncLimit × tickTime`) with what it last heard, in which nobody holds; an
+/// answer that waits for the leader comes after the heal. The observer's session may
+/// expire while its server is cut off: an error is not a wrong answer.
+async fn never_reported_empty<T, TFut, Taken, A, AFut>(what: &str, take: T, ask: A)
 where
-    F: FnOnce(Session) -> Fut,
-    Fut:
-        std::future::Future<Output = zkfence::Result<Option<zkfence::LeaderInfo>>> + Send + 'static,
+    T: FnOnce(Session) -> TFut,
+    TFut: std::future::Future<Output = (Taken, u64)>,
+    A: FnOnce(Session) -> AFut,
+    AFut: std::future::Future<Output = zkfence::Result<Option<u64>>> + Send + 'static,
 {
     let zk = ensemble();
     let leader = zk.wait_for_leader(Duration::from_secs(20)).await.unwrap();
@@ -354,7 +356,7 @@ where
     let candidate = connect(&zk.node_connect_string(leader), T).await;
     let observer = connect(&zk.node_connect_string(follower), T).await;
     zk.isolate(follower);
-    let leadership = candidate.election(path).campaign("a").await.unwrap();
+    let (taken, token) = take(candidate.clone()).await;
     let asked = Instant::now();
     let call = tokio::spawn(ask(observer));
     // Heal once the call has answered or the follower has stopped serving (no stale read can
@@ -371,16 +373,39 @@ where
         .expect("the call answers once the cut has healed")
         .expect("the call's task");
     eprintln!("{what} answered {:?} after the call", asked.elapsed());
-    let token = leadership.token().get();
-    leadership.resign().await.unwrap();
+    drop(taken);
+    candidate.close().await;
     match answer {
-        Ok(Some(info)) => {
-            assert_eq!(info.id.as_deref(), Some("a"));
-            assert_eq!(info.token.get(), token);
-        }
-        Ok(None) => panic!("{what}: a follower cut off from its leader reported nobody leading"),
+        Ok(Some(found)) => assert_eq!(found, token, "{what} found another holder"),
+        Ok(None) => panic!("{what}: a follower cut off from its leader reported nobody holding"),
         Err(e) => eprintln!("{what} failed: {e}"),
     }
+}
+
+/// [`never_reported_empty`] for an election won before the call.
+async fn never_reported_unled<A, AFut>(path: &str, what: &str, ask: A)
+where
+    A: FnOnce(Session) -> AFut + Send + 'static,
+    AFut:
+        std::future::Future<Output = zkfence::Result<Option<zkfence::LeaderInfo>>> + Send + 'static,
+{
+    let p = path.to_string();
+    never_reported_empty(
+        what,
+        |candidate| async move {
+            let leadership = candidate.election(&p).campaign("a").await.unwrap();
+            let token = leadership.token().get();
+            (leadership, token)
+        },
+        |observer| async move {
+            let info = ask(observer).await?;
+            if let Some(info) = &info {
+                assert_eq!(info.id.as_deref(), Some("a"), "the leader's id");
+            }
+            Ok(info.map(|info| info.token.get()))
+        },
+    )
+    .await;
 }
 
 /// `Election::leader` is the leader now: a follower cut off from the ZooKeeper leader must
@@ -406,5 +431,48 @@ async fn observe_on_a_cut_off_follower_starts_with_an_election_won_before_the_ca
         let mut changes = observer.election(&p).observe();
         changes.next().await.expect("the observer's first item")
     })
+    .await;
+}
+
+/// `Lock::contenders` is the queue now: a follower cut off from the ZooKeeper leader must not
+/// answer an empty queue for a lock taken before the call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn contenders_on_a_cut_off_follower_never_miss_a_holder_from_before_the_call() {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let dir = unique_path("contenders-stale-follower");
+    let (d, p) = (dir.clone(), dir.clone());
+    never_reported_empty(
+        "contenders()",
+        |candidate| async move {
+            let lease = candidate.lock(&d).acquire().await.unwrap();
+            let token = lease.token().get();
+            (lease, token)
+        },
+        |observer| async move {
+            let queue = observer.lock(&p).contenders().await?;
+            Ok(queue.first().map(|holder| holder.token.get()))
+        },
+    )
+    .await;
+}
+
+/// The same for `Semaphore::holders`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn semaphore_holders_on_a_cut_off_follower_never_miss_a_holder_from_before_the_call() {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let dir = unique_path("holders-stale-follower");
+    let (d, p) = (dir.clone(), dir.clone());
+    never_reported_empty(
+        "holders()",
+        |candidate| async move {
+            let lease = candidate.semaphore(&d, 2).acquire().await.unwrap();
+            let token = lease.token().get();
+            (lease, token)
+        },
+        |observer| async move {
+            let holders = observer.semaphore(&p, 2).holders().await?;
+            Ok(holders.first().map(|holder| holder.token.get()))
+        },
+    )
     .await;
 }
