@@ -676,3 +676,67 @@ async fn acquire_timeout_returns_on_time_when_the_ensemble_is_silent() {
     .await;
     holder.release().await.unwrap();
 }
+
+/// A multi-lock acquire cancelled after its create was sent, whose create then never reached
+/// the server (its connection closed with the request unrelayed), finds none of its nodes
+/// and looks once more half a session timeout later, in case the transaction commits late.
+/// That late look must not keep the session open: `close` ends it at once, as it does after
+/// a plain lock's cancelled acquire, instead of waiting out the look (T/2) for its handle.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn close_does_not_wait_for_a_cancelled_acquires_late_look() {
+    use std::future::Future;
+    // The shared ensemble caps sessions at 20 ticks (4 s); a long one makes the look's T/2
+    // far longer than a close.
+    let t = Duration::from_secs(30);
+    let zk = zkfence_testcontainers::Ensemble::builder()
+        .nodes(1)
+        .tick_time(TICK)
+        .max_session_timeout(2 * t)
+        .start()
+        .await
+        .expect("start an ensemble");
+    let (a, b) = (unique_path("late-look-a"), unique_path("late-look-b"));
+    let proxy = zk.proxy().await.unwrap();
+    let session = connect(&proxy.connect_string(), t).await;
+    let admin = connect(&zk.connect_string(), T).await;
+    let group = session.multi_lock(&[&a, &b]);
+    // Directories made and known to the session, so the next acquire's first request is
+    // its create.
+    group.acquire().await.unwrap().release().await.unwrap();
+    proxy.blackhole();
+    {
+        let mut acquiring = std::pin::pin!(group.acquire());
+        // One poll sends the create (the client library queues a request when it is made);
+        // then the acquire is cancelled, its create unanswered.
+        std::future::poll_fn(|cx| {
+            assert!(
+                acquiring.as_mut().poll(cx).is_pending(),
+                "answered through a blackhole"
+            );
+            std::task::Poll::Ready(())
+        })
+        .await;
+    }
+    // The connection closes with the create unrelayed: it never reaches the server.
+    proxy.cut();
+    proxy.heal();
+    eventually(STEP, "the session reconnected", || async {
+        session.state() == zkfence::SessionState::Connected
+    })
+    .await;
+    // The cancelled acquire's look finds nothing of ours (and neither does the admin).
+    eventually(STEP, "no node of the cancelled acquire", || async {
+        children(&admin, &a).await.is_empty() && children(&admin, &b).await.is_empty()
+    })
+    .await;
+    drop(group);
+    let closing = Instant::now();
+    within(t, "close returns", session.close()).await;
+    let took = closing.elapsed();
+    eprintln!("close took {took:?}");
+    assert!(
+        took < t / 4,
+        "close took {took:?}: it waited for the late look (T/2 = {:?})",
+        t / 2
+    );
+}

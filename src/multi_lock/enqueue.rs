@@ -10,7 +10,7 @@ use zookeeper_client as zk;
 
 use super::{EXTRA_DIRECTORY_RETRIES, PARTIAL_FIND_RETRIES};
 use crate::error::{Error, Result};
-use crate::queue::Queue;
+use crate::queue::{find_own, Queue};
 use crate::session::{outcome_unknown, Acquiring, Created, Shared};
 
 /// The protected create of one node per queue, in one transaction.
@@ -110,7 +110,9 @@ async fn find_missing(queues: &[Queue], marker: &str) -> Option<Error> {
 /// cancelled), it removes them in the background.
 pub(super) struct Pending {
     pub(super) shared: Arc<Shared>,
-    pub(super) queues: Vec<Queue>,
+    /// The queues' directories, not the queues: a queue holds its session, and the
+    /// cleanup's late look must not (see [`cleanup`]).
+    pub(super) dirs: Vec<Arc<str>>,
     pub(super) marker: String,
     /// Known once the create was answered (or our nodes found again).
     pub(super) nodes: Option<Vec<String>>,
@@ -127,7 +129,7 @@ impl Pending {
         Pending {
             _acquiring: Acquiring::new(&shared),
             shared,
-            queues: queues.to_vec(),
+            dirs: queues.iter().map(Queue::shared_dir).collect(),
             marker: queues[0].marker(uuid),
             nodes: None,
             sent: false,
@@ -147,7 +149,7 @@ impl Pending {
         }
         Some(cleanup(
             self.shared.clone(),
-            self.queues.clone(),
+            self.dirs.clone(),
             self.marker.clone(),
             self.nodes.take(),
             self.sent,
@@ -178,7 +180,7 @@ impl Drop for Pending {
 
 async fn cleanup(
     shared: Arc<Shared>,
-    queues: Vec<Queue>,
+    dirs: Vec<Arc<str>>,
     marker: String,
     nodes: Option<Vec<String>>,
     sent: bool,
@@ -188,14 +190,21 @@ async fn cleanup(
         // The create may still have happened: requests on one connection are answered in
         // order, so listing after it sees its result.
         None if sent => {
-            let found = find_ours(&queues, &marker).await;
+            let found = find_ours(&shared, &dirs, &marker).await;
             if found.is_empty() {
                 // Unless the connection broke in between and the transaction commits late:
-                // look once more, later, so no orphan outlives this.
-                let (shared, queues, marker) = (shared.clone(), queues.clone(), marker.clone());
+                // look once more, later, so no orphan outlives this. It holds the session
+                // weakly, as a plain lock's late look does: a session closed or dropped
+                // meanwhile takes any such nodes with it, and `Session::close` must not wait
+                // half a session timeout for this look.
+                let (weak, wait) = (Arc::downgrade(&shared), shared.session_timeout / 2);
+                let (dirs, marker) = (dirs.clone(), marker.clone());
                 crate::session::spawn_detached(async move {
-                    tokio::time::sleep(shared.session_timeout / 2).await;
-                    let late = find_ours(&queues, &marker).await;
+                    tokio::time::sleep(wait).await;
+                    let Some(shared) = weak.upgrade() else {
+                        return;
+                    };
+                    let late = find_ours(&shared, &dirs, &marker).await;
                     if !late.is_empty() {
                         tracing::warn!(nodes = ?late, "deleting late-committed nodes of a cancelled multi-lock acquire");
                         let _ = shared.delete_all_until_gone(&late).await;
@@ -217,9 +226,10 @@ async fn cleanup(
     }
 }
 
-/// Our nodes carrying `marker`, in every queue where one is found.
-async fn find_ours(queues: &[Queue], marker: &str) -> Vec<String> {
-    let found = futures::future::join_all(queues.iter().map(|q| q.find_own_node(marker))).await;
+/// Our nodes carrying `marker`, in every directory where one is found.
+async fn find_ours(shared: &Shared, dirs: &[Arc<str>], marker: &str) -> Vec<String> {
+    let found =
+        futures::future::join_all(dirs.iter().map(|dir| find_own(shared, dir, marker))).await;
     found
         .into_iter()
         .filter_map(|f| f.ok().flatten().map(|c| c.path))

@@ -155,7 +155,7 @@ async fn cleanup(
 
 /// Finds our node after a create whose outcome is unknown: a child carrying our marker and
 /// owned by our session.
-pub(super) async fn find_own(shared: &Shared, dir: &str, marker: &str) -> Result<Option<Created>> {
+pub(crate) async fn find_own(shared: &Shared, dir: &str, marker: &str) -> Result<Option<Created>> {
     // A server behind the leader could miss a create that committed: catch up first (rare
     // path: only after a lost answer).
     shared.sync(dir).await?;

@@ -57,8 +57,8 @@ pub(crate) use admission::Admission;
 use admission::Place;
 pub use contender::Contender;
 pub(crate) use contender::{list_contenders, list_contenders_now};
-pub(crate) use enqueue::Owner;
-use enqueue::{find_own, Enqueued, Pending};
+pub(crate) use enqueue::{find_own, Owner};
+use enqueue::{Enqueued, Pending};
 
 /// How long an acquire that failed or timed out waits for its own cleanup before handing it
 /// to the background: the error must come back within its deadline plus this, even when the
