@@ -47,6 +47,10 @@ const HOT_AFTER_IDLE: usize = 10;
 enum SeatArm {
     Seats,
     Hot,
+    /// The seat-hold done by hand with raw `zookeeper-client` calls: the protocol's floor.
+    FloorSeats,
+    /// 64 hot locks by hand, beside it: the floor's own seat/hot ratio.
+    FloorHot,
 }
 
 /// Acquires and releases the locks `parent/seat-{range}`, each once, `tasks` at a time.
@@ -90,6 +94,61 @@ async fn hot(session: &Session, dirs: &[String], cycles: usize) -> Result<Sample
         set.spawn(async move {
             for _ in 0..cycles {
                 lock.acquire().await?.release().await?;
+            }
+            Ok(())
+        });
+    }
+    join_all_ok(set).await?;
+    Ok(Samples {
+        ops: dirs.len() * cycles,
+        elapsed: start.elapsed(),
+        ..Default::default()
+    })
+}
+
+/// [`seat_hold`] by hand: each seat `parent/seat-{range}` once, `tasks` at a time, with the
+/// protocol's requests for a lock whose directory is missing (the directory's create, the
+/// node's and the listing pipelined: [`fresh_floor_cycle`]), then the delete.
+async fn floor_seat_hold(
+    client: &zkc::Client,
+    parent: &str,
+    range: std::ops::Range<usize>,
+    tasks: usize,
+) -> Result<Samples> {
+    let start = Instant::now();
+    let next = Arc::new(AtomicUsize::new(range.start));
+    let mut set = JoinSet::new();
+    for _ in 0..tasks {
+        let (client, parent, next, end) =
+            (client.clone(), parent.to_string(), next.clone(), range.end);
+        set.spawn(async move {
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= end {
+                    return Ok(());
+                }
+                fresh_floor_cycle(&client, &format!("{parent}/seat-{i}")).await?;
+            }
+        });
+    }
+    join_all_ok(set).await?;
+    Ok(Samples {
+        ops: range.len(),
+        elapsed: start.elapsed(),
+        ..Default::default()
+    })
+}
+
+/// [`hot`] by hand: the protocol's three requests on each of `dirs`, made again when the
+/// container check removed one between two cycles.
+async fn floor_hot(client: &zkc::Client, dirs: &[String], cycles: usize) -> Result<Samples> {
+    let start = Instant::now();
+    let mut set = JoinSet::new();
+    for dir in dirs {
+        let (client, dir) = (client.clone(), dir.clone());
+        set.spawn(async move {
+            for _ in 0..cycles {
+                floor_cycle_regrowing(&client, &dir).await?;
             }
             Ok(())
         });
@@ -168,22 +227,44 @@ async fn seats(bench: &Bench, report: &mut Report) -> Result<()> {
     // the locks leave under it.
     let parent = bench.path("seats");
     mkdir(&watcher, &parent).await?;
+    // The floor's seats under a parent of their own, so that ours are counted alone.
+    let floor_parent = bench.path("floor-seats");
+    mkdir(&watcher, &floor_parent).await?;
+    let floor_client = bench.raw().await?;
     let hot_dirs: Vec<String> = (0..tasks)
         .map(|i| bench.path(&format!("hot/{i}")))
         .collect();
+    let floor_hot_dirs: Vec<String> = (0..tasks)
+        .map(|i| bench.path(&format!("floor-hot/{i}")))
+        .collect();
+    for dir in &floor_hot_dirs {
+        mkdir(&floor_client, dir).await?;
+    }
     let k = plan.parallel_cycles;
     // Warm-up, not measured: the hot directories, and the first seats' code paths.
     hot(&session, &hot_dirs, k).await?;
     let warm = tasks * 4;
     seat_hold(&session, &bench.path("seats-warmup"), 0..warm, tasks).await?;
+    floor_hot(&floor_client, &floor_hot_dirs, k).await?;
+    let floor_warmup = bench.path("floor-seats-warmup");
+    mkdir(&floor_client, &floor_warmup).await?;
+    floor_seat_hold(&floor_client, &floor_warmup, 0..warm, tasks).await?;
 
     let (mut seat_arm, mut hot_arm) = (Arm::default(), Arm::default());
+    let (mut floor_seat_arm, mut floor_hot_arm) = (Arm::default(), Arm::default());
     let per_round = n.div_ceil(rounds);
     let mut last_release = Instant::now();
+    let arms = [
+        SeatArm::Seats,
+        SeatArm::Hot,
+        SeatArm::FloorSeats,
+        SeatArm::FloorHot,
+    ];
     for round in 0..rounds {
         let range = (round * per_round).min(n)..((round + 1) * per_round).min(n);
-        for arm in order(&[SeatArm::Seats, SeatArm::Hot], round) {
+        for arm in order(&arms, round) {
             let one = std::slice::from_ref(&session);
+            let raw = std::slice::from_ref(&floor_client);
             match arm {
                 SeatArm::Seats => {
                     let work = seat_hold(&session, &parent, range.clone(), tasks);
@@ -194,6 +275,14 @@ async fn seats(bench: &Bench, report: &mut Report) -> Result<()> {
                     let work = hot(&session, &hot_dirs, k);
                     hot_arm.push(bench.measure_ours(one, work).await?);
                 }
+                SeatArm::FloorSeats => {
+                    let work = floor_seat_hold(&floor_client, &floor_parent, range.clone(), tasks);
+                    floor_seat_arm.push(bench.measure_raw(raw, work).await?);
+                }
+                SeatArm::FloorHot => {
+                    let work = floor_hot(&floor_client, &floor_hot_dirs, k);
+                    floor_hot_arm.push(bench.measure_raw(raw, work).await?);
+                }
             }
         }
     }
@@ -202,10 +291,12 @@ async fn seats(bench: &Bench, report: &mut Report) -> Result<()> {
     let deadline = Duration::from_secs(20) + CONTAINER_CHECK * 10;
     let (left, _) = wait_empty(&watcher, &parent, deadline).await?;
     // From the last seat's release until the parent was seen empty (or the deadline); when
-    // the hot arm ran last, this includes its round.
+    // another arm ran after it, this includes its round.
     let emptied_after = last_release.elapsed();
 
     let vs_hot = paired(&seat_arm, &hot_arm, Samples::rate);
+    let floor_vs_hot = paired(&floor_seat_arm, &floor_hot_arm, Samples::rate);
+    let vs_floor = paired(&seat_arm, &floor_seat_arm, Samples::rate);
     let scenario3 = report
         .get("parallel")
         .and_then(|p| p["cycles_per_s"].as_f64());
@@ -222,6 +313,11 @@ async fn seats(bench: &Bench, report: &mut Report) -> Result<()> {
             "cycles_per_s": round3(seat_arm.rate()),
             "hot_cycles_per_s": round3(hot_arm.rate()),
             "ratio_vs_hot": vs_hot.json(),
+            "floor_cycles_per_s": round3(floor_seat_arm.rate()),
+            "floor_hot_cycles_per_s": round3(floor_hot_arm.rate()),
+            "floor_ratio_vs_floor_hot": floor_vs_hot.json(),
+            "ratio_vs_floor": vs_floor.json(),
+            "floor_requests_per_cycle": round3(floor_seat_arm.requests_per_op()),
             "parallel_cycles_per_s": scenario3.map(round3),
             "ratio_vs_parallel": scenario3.map(|p| round3(seat_arm.rate() / p)),
             "requests_per_cycle": round3(seat_arm.requests_per_op()),
@@ -231,7 +327,12 @@ async fn seats(bench: &Bench, report: &mut Report) -> Result<()> {
             "parallel_requests_per_cycle": scenario3_hot_rpc.map(round3),
             "znodes_left": left,
             "emptied_after_s": round3(emptied_after.as_secs_f64()),
-            "arms": { "seats": seat_arm.json(), "hot": hot_arm.json() },
+            "arms": {
+                "seats": seat_arm.json(),
+                "hot": hot_arm.json(),
+                "floor_seats": floor_seat_arm.json(),
+                "floor_hot": floor_hot_arm.json(),
+            },
         }),
     );
     let scenario = format!("7 seat-hold ({n} locks under one parent, {tasks} at a time)");
@@ -254,11 +355,28 @@ async fn seats(bench: &Bench, report: &mut Report) -> Result<()> {
             .goal(Goal::at_least("seathold.ratio_vs_hot", vs_hot.median, 0.85)),
     );
     report.row(
+        Row::new(
+            &scenario,
+            "… the protocol by hand (raw calls), seats and 64 hot locks",
+        )
+        .floor(format!(
+            "{} seats, {} hot (cycles/s)",
+            floor_seat_arm.rate_cell(),
+            floor_hot_arm.rate_cell()
+        ))
+        .ratio(format!(
+            "protocol seats/hot {}; ours/protocol seats {}",
+            floor_vs_hot.cell(),
+            vs_floor.cell()
+        )),
+    );
+    report.row(
         Row::new(&scenario, "requests per cycle (at the server)")
             .ours(seat_arm.requests_cell())
             .floor(format!(
-                "{:.0} (protocol: fresh directory); hot {} here, {} in scenario 3",
+                "{:.0} (protocol: fresh directory; {} by hand); hot {} here, {} in scenario 3",
                 REGROW_REQUESTS,
+                floor_seat_arm.requests_cell(),
                 hot_arm.requests_cell(),
                 scenario3_hot_rpc.map_or("-".into(), |r| format!("{r:.2}"))
             )),
