@@ -407,8 +407,9 @@ impl OwnerInfo {
     }
 
     /// The node data of this process's contender with the given id (and a semaphore's
-    /// limit), stamped now: what [`for_this_process`](Self::for_this_process) would encode,
-    /// written straight into one buffer, as it is on every enqueue.
+    /// limit), stamped now: the owner of this process (its host, pid and the time) encoded
+    /// straight into one buffer, as it is on every enqueue (the tests' `for_this_process`
+    /// builds the same owner as a value).
     pub(crate) fn encode_for_this_process(id: Option<&str>, permits: Option<usize>) -> Vec<u8> {
         // Every enqueue stamps its node: the lines that never change in a process are
         // written once, only the id, the time and the limit on each call.

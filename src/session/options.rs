@@ -1,4 +1,4 @@
-//! [`SessionOptions`]: how a [`Session`](super::Session) connects, authenticates, and keeps
+//! [`SessionOptions`]: how a [`Session`] connects, authenticates, and keeps
 //! its lease clock.
 
 use std::time::Duration;
