@@ -53,27 +53,30 @@ enum SeatArm {
     FloorHot,
 }
 
-/// Acquires and releases the locks `parent/seat-{range}`, each once, `tasks` at a time.
-async fn seat_hold(
-    session: &Session,
+/// Runs `cycle` once on each seat `parent/seat-{range}`, `tasks` at a time.
+async fn each_seat<F, Fut>(
     parent: &str,
     range: std::ops::Range<usize>,
     tasks: usize,
-) -> Result<Samples> {
+    cycle: F,
+) -> Result<Samples>
+where
+    F: Fn(String) -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = Result<()>> + Send + 'static,
+{
     let start = Instant::now();
     let next = Arc::new(AtomicUsize::new(range.start));
     let mut set = JoinSet::new();
     for _ in 0..tasks {
-        let (session, parent, next, end) =
-            (session.clone(), parent.to_string(), next.clone(), range.end);
+        let (cycle, parent, next, end) =
+            (cycle.clone(), parent.to_string(), next.clone(), range.end);
         set.spawn(async move {
             loop {
                 let i = next.fetch_add(1, Ordering::Relaxed);
                 if i >= end {
                     return Ok(());
                 }
-                let lock = session.lock(&format!("{parent}/seat-{i}"));
-                lock.acquire().await?.release().await?;
+                cycle(format!("{parent}/seat-{i}")).await?;
             }
         });
     }
@@ -83,6 +86,24 @@ async fn seat_hold(
         elapsed: start.elapsed(),
         ..Default::default()
     })
+}
+
+/// Acquires and releases the locks `parent/seat-{range}`, each once, `tasks` at a time.
+async fn seat_hold(
+    session: &Session,
+    parent: &str,
+    range: std::ops::Range<usize>,
+    tasks: usize,
+) -> Result<Samples> {
+    let session = session.clone();
+    each_seat(parent, range, tasks, move |seat| {
+        let lock = session.lock(&seat);
+        async move {
+            lock.acquire().await?.release().await?;
+            Ok(())
+        }
+    })
+    .await
 }
 
 /// The hot arm: `dirs.len()` tasks, each cycling its own lock (scenario 3's zkfence arm).
@@ -115,28 +136,12 @@ async fn floor_seat_hold(
     range: std::ops::Range<usize>,
     tasks: usize,
 ) -> Result<Samples> {
-    let start = Instant::now();
-    let next = Arc::new(AtomicUsize::new(range.start));
-    let mut set = JoinSet::new();
-    for _ in 0..tasks {
-        let (client, parent, next, end) =
-            (client.clone(), parent.to_string(), next.clone(), range.end);
-        set.spawn(async move {
-            loop {
-                let i = next.fetch_add(1, Ordering::Relaxed);
-                if i >= end {
-                    return Ok(());
-                }
-                fresh_floor_cycle(&client, &format!("{parent}/seat-{i}")).await?;
-            }
-        });
-    }
-    join_all_ok(set).await?;
-    Ok(Samples {
-        ops: range.len(),
-        elapsed: start.elapsed(),
-        ..Default::default()
+    let client = client.clone();
+    each_seat(parent, range, tasks, move |seat| {
+        let client = client.clone();
+        async move { fresh_floor_cycle(&client, &seat).await }
     })
+    .await
 }
 
 /// [`hot`] by hand: the protocol's three requests on each of `dirs`, made again when the
