@@ -76,7 +76,17 @@ pub struct Curator {
     _child: Child,
     stdin: ChildStdin,
     lines: Lines<BufReader<ChildStdout>>,
-    _dir: std::path::PathBuf,
+    _dir: ScratchDir,
+}
+
+/// The driver's source directory, removed with the driver (a run of the interop tests left
+/// one per Curator under the temp dir). Dropped after the child, which is killed first.
+struct ScratchDir(std::path::PathBuf);
+
+impl Drop for ScratchDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 impl Curator {
@@ -96,9 +106,11 @@ impl Curator {
             eprintln!("skipping: java or {CURATOR_JAR} missing");
             return None;
         }
-        let dir = std::env::temp_dir().join(format!("zkfence-curator-{}", uuid::Uuid::new_v4()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let source = dir.join("CuratorLock.java");
+        let dir = ScratchDir(
+            std::env::temp_dir().join(format!("zkfence-curator-{}", uuid::Uuid::new_v4())),
+        );
+        std::fs::create_dir_all(&dir.0).unwrap();
+        let source = dir.0.join("CuratorLock.java");
         std::fs::write(&source, DRIVER).unwrap();
         let mut child = Command::new("java")
             .args(["-Xmx64m", "-cp", CURATOR_JAR])
