@@ -19,8 +19,9 @@ use tokio::task::JoinSet;
 use zkfence::Session;
 use zookeeper_client as zkc;
 
+use super::parallel::parallel_ours;
 use super::round_trips::{timed_acquire, Delayed, ONE_WAY};
-use super::{join_all_ok, timed_cycles};
+use super::{cycles_on_each, join_all_ok, timed_cycles};
 use crate::arms::{floor_cycle_regrowing, fresh_floor_cycle, mkdir};
 use crate::report::{Goal, Report, Row};
 use crate::server::Bench;
@@ -106,27 +107,6 @@ async fn seat_hold(
     .await
 }
 
-/// The hot arm: `dirs.len()` tasks, each cycling its own lock (scenario 3's zkfence arm).
-async fn hot(session: &Session, dirs: &[String], cycles: usize) -> Result<Samples> {
-    let start = Instant::now();
-    let mut set = JoinSet::new();
-    for dir in dirs {
-        let lock = session.lock(dir);
-        set.spawn(async move {
-            for _ in 0..cycles {
-                lock.acquire().await?.release().await?;
-            }
-            Ok(())
-        });
-    }
-    join_all_ok(set).await?;
-    Ok(Samples {
-        ops: dirs.len() * cycles,
-        elapsed: start.elapsed(),
-        ..Default::default()
-    })
-}
-
 /// [`seat_hold`] by hand: each seat `parent/seat-{range}` once, `tasks` at a time, with the
 /// protocol's requests for a lock whose directory is missing (the directory's create, the
 /// node's and the listing pipelined: [`fresh_floor_cycle`]), then the delete.
@@ -144,26 +124,19 @@ async fn floor_seat_hold(
     .await
 }
 
-/// [`hot`] by hand: the protocol's three requests on each of `dirs`, made again when the
-/// container check removed one between two cycles.
+/// The hot arm ([`parallel_ours`]) by hand: the protocol's three requests on each of
+/// `dirs`, made again when the container check removed one between two cycles.
 async fn floor_hot(client: &zkc::Client, dirs: &[String], cycles: usize) -> Result<Samples> {
-    let start = Instant::now();
-    let mut set = JoinSet::new();
-    for dir in dirs {
-        let (client, dir) = (client.clone(), dir.clone());
-        set.spawn(async move {
+    cycles_on_each(dirs, cycles, |dir| {
+        let (client, dir) = (client.clone(), dir.to_string());
+        async move {
             for _ in 0..cycles {
                 floor_cycle_regrowing(&client, &dir).await?;
             }
             Ok(())
-        });
-    }
-    join_all_ok(set).await?;
-    Ok(Samples {
-        ops: dirs.len() * cycles,
-        elapsed: start.elapsed(),
-        ..Default::default()
+        }
     })
+    .await
 }
 
 /// Children of `path` as the connected server has them after a `sync` (0 if it is gone).
@@ -247,7 +220,7 @@ async fn seats(bench: &Bench, report: &mut Report) -> Result<()> {
     }
     let k = plan.parallel_cycles;
     // Warm-up, not measured: the hot directories, and the first seats' code paths.
-    hot(&session, &hot_dirs, k).await?;
+    parallel_ours(&session, &hot_dirs, k).await?;
     let warm = tasks * 4;
     seat_hold(&session, &bench.path("seats-warmup"), 0..warm, tasks).await?;
     floor_hot(&floor_client, &floor_hot_dirs, k).await?;
@@ -277,7 +250,7 @@ async fn seats(bench: &Bench, report: &mut Report) -> Result<()> {
                     last_release = Instant::now();
                 }
                 SeatArm::Hot => {
-                    let work = hot(&session, &hot_dirs, k);
+                    let work = parallel_ours(&session, &hot_dirs, k);
                     hot_arm.push(bench.measure_ours(one, work).await?);
                 }
                 SeatArm::FloorSeats => {

@@ -31,6 +31,26 @@ pub async fn join_all_ok(mut tasks: JoinSet<Result<()>>) -> Result<()> {
     Ok(())
 }
 
+/// One task per directory of `dirs`, all at once, each made by `task` and running `cycles`
+/// cycles on its directory: throughput only (no per-cycle latencies).
+pub async fn cycles_on_each<F, Fut>(dirs: &[String], cycles: usize, task: F) -> Result<Samples>
+where
+    F: Fn(&str) -> Fut,
+    Fut: Future<Output = Result<()>> + Send + 'static,
+{
+    let start = Instant::now();
+    let mut tasks = JoinSet::new();
+    for dir in dirs {
+        tasks.spawn(task(dir));
+    }
+    join_all_ok(tasks).await?;
+    Ok(Samples {
+        ops: dirs.len() * cycles,
+        elapsed: start.elapsed(),
+        ..Default::default()
+    })
+}
+
 /// `n` cycles of `cycle` one after the other, each timed.
 pub async fn timed_cycles<F, Fut>(n: usize, mut cycle: F) -> Result<Samples>
 where

@@ -1,51 +1,48 @@
 //! 3. Many locks on one session: 64 tasks, each on its own lock (ours, `Client::lock`, raw
 //!    pipelined create+delete, raw create+getChildren+delete with our nodes' names).
 
-use std::time::Instant;
-
 use serde_json::json;
-use tokio::task::JoinSet;
 use zkfence::Session;
 use zookeeper_client as zkc;
 
-use super::join_all_ok;
+use super::cycles_on_each;
 use crate::arms::{floor_cycle, mkdir, peer_acquire, peer_release, raw_cycle};
 use crate::report::{Goal, Report, Row};
 use crate::server::Bench;
 use crate::stats::{order, paired, round3, Arm, Samples};
 use crate::{progress, Result};
 
-async fn parallel_ours(session: &Session, dirs: &[String], cycles: usize) -> Result<Samples> {
-    let start = Instant::now();
-    let mut tasks = JoinSet::new();
-    for dir in dirs {
+/// Scenario 3's zkfence arm: one task per directory, each cycling its own lock (also the
+/// seat-hold's hot arm).
+pub(super) async fn parallel_ours(
+    session: &Session,
+    dirs: &[String],
+    cycles: usize,
+) -> Result<Samples> {
+    cycles_on_each(dirs, cycles, |dir| {
         let lock = session.lock(dir);
-        tasks.spawn(async move {
+        async move {
             for _ in 0..cycles {
                 lock.acquire().await?.release().await?;
             }
             Ok(())
-        });
-    }
-    join_all_ok(tasks).await?;
-    Ok(untimed(dirs.len() * cycles, start))
+        }
+    })
+    .await
 }
 
 async fn parallel_peer(client: &zkc::Client, dirs: &[String], cycles: usize) -> Result<Samples> {
-    let start = Instant::now();
-    let mut tasks = JoinSet::new();
-    for dir in dirs {
-        let (client, dir) = (client.clone(), dir.clone());
-        tasks.spawn(async move {
+    cycles_on_each(dirs, cycles, |dir| {
+        let (client, dir) = (client.clone(), dir.to_string());
+        async move {
             for _ in 0..cycles {
                 let lock = peer_acquire(&client, &dir).await?;
                 peer_release(&client, lock).await?;
             }
             Ok(())
-        });
-    }
-    join_all_ok(tasks).await?;
-    Ok(untimed(dirs.len() * cycles, start))
+        }
+    })
+    .await
 }
 
 /// Raw create+delete with short names (the write limit) or, with `protocol`, the lock
@@ -58,11 +55,9 @@ async fn parallel_raw(
     cycles: usize,
     protocol: bool,
 ) -> Result<Samples> {
-    let start = Instant::now();
-    let mut tasks = JoinSet::new();
-    for dir in dirs {
-        let (client, dir) = (client.clone(), dir.clone());
-        tasks.spawn(async move {
+    cycles_on_each(dirs, cycles, |dir| {
+        let (client, dir) = (client.clone(), dir.to_string());
+        async move {
             for _ in 0..cycles {
                 if protocol {
                     floor_cycle(&client, &dir).await?;
@@ -71,19 +66,9 @@ async fn parallel_raw(
                 }
             }
             Ok(())
-        });
-    }
-    join_all_ok(tasks).await?;
-    Ok(untimed(dirs.len() * cycles, start))
-}
-
-/// Throughput only: no per-cycle latencies.
-fn untimed(ops: usize, start: Instant) -> Samples {
-    Samples {
-        ops,
-        elapsed: start.elapsed(),
-        ..Default::default()
-    }
+        }
+    })
+    .await
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
