@@ -5,7 +5,6 @@ use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::error::{Error, LossReason, Result};
@@ -95,7 +94,6 @@ pub struct Lease {
     token: FencingToken,
     holding: Arc<Holding>,
     holding_id: u64,
-    loss: watch::Receiver<Option<LossReason>>,
     /// The watch on our node the grant set, until `watch_node` takes it over.
     own_watch: Mutex<Option<NodeWatch>>,
     watching: AtomicBool,
@@ -118,8 +116,7 @@ impl fmt::Debug for Lease {
 impl Lease {
     pub(crate) fn new(dir: Arc<str>, grant: Grant, claim: Claim) -> Lease {
         let session = grant.session;
-        let (holding, holding_id, loss) =
-            session.shared().register(grant.node.clone(), grant.epoch);
+        let (holding, holding_id) = session.shared().register(grant.node.clone(), grant.epoch);
         holding.track(crate::telemetry::Tag::new(
             grant.recipe,
             &dir,
@@ -133,7 +130,6 @@ impl Lease {
             token: FencingToken::from_zxid(grant.czxid),
             holding,
             holding_id,
-            loss,
             own_watch: Mutex::new(grant.own_watch),
             watching: AtomicBool::new(false),
             revocation: None,
@@ -223,7 +219,7 @@ impl Lease {
     /// first [`lost`](Self::lost), [`renew`](Self::renew) or
     /// [`fenced_write`](Self::fenced_write).
     pub fn state(&self) -> LeaseState {
-        lease_state(&self.session, &self.holding, &self.loss)
+        lease_state(&self.session, &self.holding)
     }
 
     /// Until when the lease is vouched for, or `None` once it is lost.
@@ -292,7 +288,6 @@ impl Lease {
         LossWatch {
             session: self.session.clone(),
             holding: self.holding.clone(),
-            loss: self.loss.clone(),
         }
     }
 
@@ -472,12 +467,8 @@ impl Drop for DeleteOnDrop<'_> {
     }
 }
 
-fn lease_state(
-    session: &Session,
-    holding: &Holding,
-    loss: &watch::Receiver<Option<LossReason>>,
-) -> LeaseState {
-    if let Some(reason) = *loss.borrow() {
+fn lease_state(session: &Session, holding: &Holding) -> LeaseState {
+    if let Some(reason) = holding.loss() {
         return LeaseState::Lost(reason);
     }
     let clock = session.shared().clock.now();
@@ -485,7 +476,7 @@ fn lease_state(
         // Recording the loss here also starts the node's deletion (see `Holding::lose`).
         let reason = clock.loss_reason();
         holding.lose(reason);
-        return LeaseState::Lost(loss.borrow().unwrap_or(reason));
+        return LeaseState::Lost(holding.loss().unwrap_or(reason));
     }
     if clock.state == SessionState::Disconnected {
         LeaseState::Suspended
@@ -498,30 +489,31 @@ fn lease_state(
 pub(crate) struct LossWatch {
     session: Session,
     holding: Arc<Holding>,
-    loss: watch::Receiver<Option<LossReason>>,
 }
 
 impl LossWatch {
     pub(crate) fn state(&self) -> LeaseState {
-        lease_state(&self.session, &self.holding, &self.loss)
+        lease_state(&self.session, &self.holding)
     }
 
     /// Resolves when the lease is lost. Cancel safe.
     ///
     /// Not woken by the clock's renewals (up to one a millisecond on a busy session): every
-    /// loss is recorded on the loss channel (a lapse, the session's end and `Session::close`
+    /// loss is recorded in the lease's `Holding` (a lapse, the session's end and `Session::close`
     /// record it in every registered lease, a deleted node in its own), and the clock running
     /// out before the keeper records it is caught by sleeping to the deadline; woken there, it
     /// looks at the current deadline, which a renewal only ever moved later.
     pub(crate) async fn lost(&self) -> LossReason {
-        let mut loss = self.loss.clone();
         loop {
+            // It reads the loss again once its wake-up is enabled: a loss recorded after the
+            // read below still wakes us.
+            let recorded = self.holding.recorded();
             if let LeaseState::Lost(reason) = self.state() {
                 return reason;
             }
             let valid_until = self.session.shared().clock.now().valid_until;
             tokio::select! {
-                _ = loss.changed() => {}
+                _ = recorded => {}
                 _ = tokio::time::sleep_until(valid_until) => {}
             }
         }

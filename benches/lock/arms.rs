@@ -42,6 +42,20 @@ pub async fn floor_cycle(client: &zkc::Client, dir: &str) -> Result<()> {
     Ok(())
 }
 
+/// [`floor_cycle`] as zkfence sends it: the getChildren right behind the create, before the
+/// create's answer (one round trip to the grant instead of two), the listing's answer awaited
+/// first (the create's comes before it, so it wakes the task once), then the delete.
+pub async fn pipelined_floor_cycle(client: &zkc::Client, dir: &str) -> Result<()> {
+    let prefix = format!("{dir}/_c_{}-lock-", uuid::Uuid::new_v4());
+    // zookeeper-client sends a request when it is called.
+    let node = client.create(&prefix, b"", &ephemeral_sequential());
+    let listing = client.list_children(dir);
+    listing.await?;
+    let (_, sequence) = node.await?;
+    client.delete(&format!("{prefix}{sequence}"), None).await?;
+    Ok(())
+}
+
 /// One cycle of the protocol floor on a lock whose directory is gone (a fresh lock): the
 /// directory's create (a container, as ours), the node's create and the listing sent together
 /// (one round trip, two transactions), then the delete. Known missing by construction: the

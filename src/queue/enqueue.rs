@@ -8,7 +8,7 @@ use zookeeper_client as zk;
 
 use crate::error::{Error, Result};
 use crate::node::{self, NodeFormat, OwnerInfo};
-use crate::session::{Acquiring, Created, QueueListing, Shared};
+use crate::session::{answered_in_order, Acquiring, Created, QueueListing, Shared};
 
 use super::{Admission, Queue, CLEANUP_GRACE, MAX_DIRECTORY_RETRIES};
 
@@ -220,23 +220,26 @@ impl Queue {
             pending.sent = true;
             let (number, created, listed) = {
                 let (number, create) = shared.create_queue_node(&prefix, &data);
-                // Every request is on the wire once called: they are awaited one after the
-                // other, in the order they are answered, with nothing polled side by side.
-                // Pinned in place, so awaiting them copies nothing into the step's state, and
-                // dropped at the end of this block, so the retries below do not sit beside
-                // them in it.
+                // Every request is on the wire once called, and they are answered in the
+                // order sent. Pinned in place, so awaiting them copies nothing into the
+                // step's state, and dropped at the end of this block, so the retries below
+                // do not sit beside them in it.
                 let create = std::pin::pin!(create);
                 let mut listing =
                     std::pin::pin!(list_behind.then(|| shared.list_queue_after(&self.dir, number)));
                 if let Some(directory) = directory {
                     directory.await;
                 }
-                let created = create.await;
-                let listed = match (&created, listing.as_mut().as_pin_mut()) {
-                    (Ok(_), Some(listing)) => listing.await.ok().flatten(),
-                    // Dropped unawaited: a listing we sent goes off the table at once (its
-                    // sharers ask again), not after the retry below.
-                    _ => None,
+                let (created, listed) = match listing.as_mut().as_pin_mut() {
+                    // The listing's answer alone wakes us: the create's came before it. A
+                    // listing left unawaited when the create failed is dropped: one we sent
+                    // goes off the table at once (its sharers ask again), not after the
+                    // retry below.
+                    Some(listing) => {
+                        let (created, listed) = answered_in_order(create, listing).await;
+                        (created, listed.and_then(|listed| listed.ok().flatten()))
+                    }
+                    None => (create.await, None),
                 };
                 (number, created, listed)
             };

@@ -668,15 +668,19 @@ impl Queue {
         let shared = self.shared();
         let node = created.path;
         let mut clock_changes = shared.clock.clock.subscribe();
+        // The time before the clock: a renewal this reading misses then either vouches past
+        // it or wakes us (renewals of a clock that vouches are silent).
+        let now = Instant::now();
         let mut clock = *clock_changes.borrow_and_update();
-        if !clock.holds(clock.epoch, Instant::now()) {
+        if !clock.holds(clock.epoch, now) {
             tracing::info!(%node, "lease clock not current at grant: confirming with the ensemble");
             Counters::bump(&shared.counters.grant_confirms);
             let deadline = Instant::now() + shared.session_timeout;
             loop {
                 shared.confirm(&node).await?;
+                let now = Instant::now();
                 clock = *clock_changes.borrow_and_update();
-                if clock.holds(clock.epoch, Instant::now()) {
+                if clock.holds(clock.epoch, now) {
                     break;
                 }
                 if let Some(err) = shared.session_ended() {

@@ -69,7 +69,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use tokio::sync::watch;
+use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 
 use crate::error::LossReason;
@@ -274,7 +274,13 @@ impl Evidence {
 pub(crate) struct Holding {
     pub(crate) node: String,
     pub(crate) epoch: u64,
-    pub(crate) loss: watch::Sender<Option<LossReason>>,
+    /// The first loss recorded (a release counts), under a lock that also orders the
+    /// lease's operator metrics with it.
+    loss: Mutex<Option<LossReason>>,
+    /// Wakes whoever waits for the loss. One list, inline: a `watch` channel here cost an
+    /// allocation and eight wake-up lists, each locked on every send and on the drop, for a
+    /// lease that nobody watches in the common acquire-and-release.
+    lost: Notify,
     shared: Weak<Shared>,
     /// The operator metrics of this lease (nothing without the `metrics` feature).
     telemetry: crate::telemetry::HeldSlot,
@@ -291,19 +297,25 @@ impl Holding {
     /// it until it releases (`keep_node`): it must stop its work first, and the session's
     /// expiry still bounds how long the node stays.
     pub(crate) fn lose(&self, reason: LossReason) -> bool {
-        let first = self.loss.send_if_modified(|cur| {
-            if cur.is_none() {
-                *cur = Some(reason);
+        let first = {
+            let mut loss = self.loss.lock().unwrap();
+            if loss.is_none() {
+                *loss = Some(reason);
                 self.telemetry.end(reason);
                 true
             } else {
                 false
             }
-        });
-        if first && reason != LossReason::Released {
+        };
+        if !first {
+            return false;
+        }
+        // After the record: a waiter enables its wake-up before it reads the loss.
+        self.lost.notify_waiters();
+        if reason != LossReason::Released {
             tracing::warn!(node = %self.node, %reason, "lease lost");
         }
-        if first && reason == LossReason::ClockLapsed && !self.keep_node.load(Ordering::SeqCst) {
+        if reason == LossReason::ClockLapsed && !self.keep_node.load(Ordering::SeqCst) {
             if let Some(shared) = self.shared.upgrade() {
                 let node = self.node.clone();
                 super::spawn_detached(async move {
@@ -311,28 +323,46 @@ impl Holding {
                 });
             }
         }
-        first
+        true
     }
 
-    /// Starts the lease's operator metrics, unless it is already lost. Under the loss
-    /// channel's lock, as [`lose`](Self::lose) ends them: a loss racing the start is
-    /// counted exactly once or not at all.
+    /// The loss recorded, if any.
+    pub(crate) fn loss(&self) -> Option<LossReason> {
+        *self.loss.lock().unwrap()
+    }
+
+    /// Resolves at the next [`lose`](Self::lose) that records a loss, or at once if one
+    /// is recorded. Cancel safe.
+    pub(crate) async fn recorded(&self) {
+        let next = self.lost.notified();
+        tokio::pin!(next);
+        // Enabled before the read: a loss recorded after it also wakes this one.
+        next.as_mut().enable();
+        if self.loss().is_none() {
+            next.await;
+        }
+    }
+
+    /// Starts the lease's operator metrics, unless it is already lost. Under the loss's
+    /// lock, as [`lose`](Self::lose) ends them: a loss racing the start is counted exactly
+    /// once or not at all.
     pub(crate) fn track(&self, tag: crate::telemetry::Tag) {
-        #[cfg(feature = "metrics")]
-        self.loss.send_if_modified(|cur| {
-            if cur.is_none() {
-                self.telemetry.start(tag);
-            }
-            false
-        });
-        #[cfg(not(feature = "metrics"))]
-        self.telemetry.start(tag);
+        let loss = self.loss.lock().unwrap();
+        if loss.is_none() {
+            self.telemetry.start(tag);
+        }
     }
 }
 
 /// The clock, its evidence, and the leases it vouches for.
 pub(crate) struct LeaseClock {
+    /// The clock. Its receivers are told of every change but one: a renewal of a clock that
+    /// still vouches (see [`answered`](Self::answered)), unless someone follows renewals
+    /// ([`follow_renewals`](Self::follow_renewals)). Whoever waits for a clock that has run
+    /// out to be renewed must read the time *before* the clock (as the grant does).
     pub(crate) clock: watch::Sender<Clock>,
+    /// How many follow renewals (`Session::valid_until_changed`).
+    renewal_followers: AtomicUsize,
     evidence: Mutex<Evidence>,
     /// Send time of the latest proof, for the keeper's schedule.
     last_proof_sent: Mutex<Instant>,
@@ -363,6 +393,7 @@ impl LeaseClock {
         };
         LeaseClock {
             clock: watch::channel(clock).0,
+            renewal_followers: AtomicUsize::new(0),
             evidence: Mutex::new(evidence),
             last_proof_sent: Mutex::new(connect_sent),
             keepalive_interval,
@@ -393,7 +424,24 @@ impl LeaseClock {
         else {
             return;
         };
-        self.clock.send_if_modified(|c| c.extend(until, arrived));
+        self.clock.send_if_modified(|c| {
+            // Read under the clock's lock: a reader that saw the clock run out read the time
+            // before it, so if this renewal came after that reading, this reading is later.
+            let ran_out = c.lapsed || c.valid_until <= Instant::now();
+            // A renewal of a clock that still vouches changes what it says, not whether it
+            // holds: it is recorded silently (every reader sees it), and nobody is woken,
+            // unless someone follows renewals. On a busy session this is most answers, and
+            // each notification locks eight wake-up lists.
+            c.extend(until, arrived)
+                && (ran_out || self.renewal_followers.load(Ordering::SeqCst) > 0)
+        });
+    }
+
+    /// Wakes the clock's receivers on every renewal while the returned guard lives. Take it
+    /// before subscribing.
+    pub(crate) fn follow_renewals(&self) -> FollowingRenewals<'_> {
+        self.renewal_followers.fetch_add(1, Ordering::SeqCst);
+        FollowingRenewals(self)
     }
 
     /// Whether the keepalive must be a proof now: a lease is held, or an acquire waits.
@@ -421,12 +469,12 @@ impl LeaseClock {
         shared: &Arc<Shared>,
         node: String,
         epoch: u64,
-    ) -> (Arc<Holding>, u64, watch::Receiver<Option<LossReason>>) {
-        let (loss, rx) = watch::channel(None);
+    ) -> (Arc<Holding>, u64) {
         let holding = Arc::new(Holding {
             node,
             epoch,
-            loss,
+            loss: Mutex::new(None),
+            lost: Notify::new(),
             shared: Arc::downgrade(shared),
             telemetry: Default::default(),
             keep_node: Default::default(),
@@ -437,7 +485,7 @@ impl LeaseClock {
             .lock()
             .unwrap()
             .insert(id, Arc::downgrade(&holding));
-        (holding, id, rx)
+        (holding, id)
     }
 
     pub(crate) fn unregister(&self, id: u64) {
@@ -493,6 +541,15 @@ impl LeaseClock {
 }
 
 /// An acquire in progress, for [`LeaseClock::vouching_matters`]: counted until dropped.
+/// See [`LeaseClock::follow_renewals`].
+pub(crate) struct FollowingRenewals<'a>(&'a LeaseClock);
+
+impl Drop for FollowingRenewals<'_> {
+    fn drop(&mut self) {
+        self.0.renewal_followers.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 pub(crate) struct Acquiring(Arc<Shared>);
 
 impl Acquiring {

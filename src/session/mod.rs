@@ -25,7 +25,8 @@ pub(crate) use listing::QueueListing;
 pub(crate) use multi::FencedFailure;
 pub use multi::FencedOp;
 pub(crate) use ops::{
-    outcome_unknown, pause_before_retry, ChildrenWatch, Created, NodeEvent, NodeWatch,
+    answered_in_order, outcome_unknown, pause_before_retry, ChildrenWatch, Created, NodeEvent,
+    NodeWatch,
 };
 pub use options::SessionOptions;
 
@@ -165,15 +166,7 @@ impl Shared {
     }
 
     /// Registers a granted lease so the clock can end it.
-    pub(crate) fn register(
-        self: &Arc<Self>,
-        node: String,
-        epoch: u64,
-    ) -> (
-        Arc<Holding>,
-        u64,
-        tokio::sync::watch::Receiver<Option<crate::error::LossReason>>,
-    ) {
+    pub(crate) fn register(self: &Arc<Self>, node: String, epoch: u64) -> (Arc<Holding>, u64) {
         self.clock.register(self, node, epoch)
     }
 }
@@ -535,7 +528,10 @@ impl Session {
     /// # Notable errors
     /// None: `None` stands for a lapsed clock or an ended session.
     pub async fn valid_until_changed(&self) -> Option<Instant> {
-        let mut rx = self.shared().clock.clock.subscribe();
+        let shared = self.shared();
+        // Before subscribing: renewals of a clock that vouches wake only its followers.
+        let _following = shared.clock.follow_renewals();
+        let mut rx = shared.clock.clock.subscribe();
         if rx.borrow_and_update().state.is_terminal() {
             return None;
         }

@@ -11,6 +11,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use futures::FutureExt;
@@ -172,6 +173,47 @@ pub(crate) struct Created {
     pub(crate) path: String,
     pub(crate) sequence: i32,
     pub(crate) czxid: i64,
+}
+
+/// Awaits two requests sent one right after the other on one connection, which ZooKeeper
+/// answers in the order they were sent: the result of the `first`, and the `second`'s if the
+/// first succeeded.
+///
+/// Only the second's answer wakes us: until it comes, the first is looked at without
+/// leaving a waker (a no-op one), since its answer is already there whenever the second's
+/// is. On a busy session the two answers often arrive in separate reads, and a wake-up
+/// for the first alone was a trip through the scheduler for nothing. A first that fails
+/// ends the wait at once: a connection that broke fails both, and the second's failure
+/// wakes us to see the first's.
+pub(crate) async fn answered_in_order<T, E, B>(
+    mut first: Pin<&mut impl Future<Output = std::result::Result<T, E>>>,
+    mut second: Pin<&mut impl Future<Output = B>>,
+) -> (std::result::Result<T, E>, Option<B>) {
+    let (mut first_answer, mut second_answer) = (None, None);
+    std::future::poll_fn(|cx| {
+        if second_answer.is_none() {
+            if let Poll::Ready(answer) = second.as_mut().poll(cx) {
+                second_answer = Some(answer);
+            }
+        }
+        if first_answer.is_none() {
+            let waker = match second_answer {
+                Some(_) => cx.waker(),
+                None => futures::task::noop_waker_ref(),
+            };
+            if let Poll::Ready(answer) = first.as_mut().poll(&mut Context::from_waker(waker)) {
+                first_answer = Some(answer);
+            }
+        }
+        match (&first_answer, &second_answer) {
+            (Some(Err(_)), _) | (Some(Ok(_)), Some(_)) => Poll::Ready(()),
+            _ => Poll::Pending,
+        }
+    })
+    .await;
+    let first = first_answer.expect("answered");
+    let second = if first.is_ok() { second_answer } else { None };
+    (first, second)
 }
 
 impl Shared {

@@ -1,12 +1,15 @@
 //! 3. Many locks on one session: 64 tasks, each on its own lock (ours, `Client::lock`, raw
-//!    pipelined create+delete, raw create+getChildren+delete with our nodes' names).
+//!    pipelined create+delete, raw create+getChildren+delete with our nodes' names, one
+//!    after the other and pipelined as ours sends them).
 
 use serde_json::json;
 use zkfence::Session;
 use zookeeper_client as zkc;
 
 use super::cycles_on_each;
-use crate::arms::{floor_cycle, mkdir, peer_acquire, peer_release, raw_cycle};
+use crate::arms::{
+    floor_cycle, mkdir, peer_acquire, peer_release, pipelined_floor_cycle, raw_cycle,
+};
 use crate::report::{Goal, Report, Row};
 use crate::server::Bench;
 use crate::stats::{order, paired, round3, Arm, Samples};
@@ -45,24 +48,34 @@ async fn parallel_peer(client: &zkc::Client, dirs: &[String], cycles: usize) -> 
     .await
 }
 
-/// Raw create+delete with short names (the write limit) or, with `protocol`, the lock
-/// protocol's create+getChildren+delete with the names ours and scenario 1's floor use (a
-/// Curator-style name carrying a fresh uuid, which finds the node again after a lost answer),
-/// pipelined by all tasks on one connection.
+/// What a raw arm does each cycle.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum RawCycle {
+    /// Create+delete with short names: the ensemble's write limit.
+    Write,
+    /// The lock protocol's create, getChildren, delete, each after the previous answer, with
+    /// the names ours and scenario 1's floor use (a Curator-style name carrying a fresh uuid,
+    /// which finds the node again after a lost answer).
+    Protocol,
+    /// The same requests, the getChildren sent right behind the create, as ours sends them.
+    Pipelined,
+}
+
+/// A raw arm's cycles, pipelined by all tasks on one connection.
 async fn parallel_raw(
     client: &zkc::Client,
     dirs: &[String],
     cycles: usize,
-    protocol: bool,
+    kind: RawCycle,
 ) -> Result<Samples> {
     cycles_on_each(dirs, cycles, |dir| {
         let (client, dir) = (client.clone(), dir.to_string());
         async move {
             for _ in 0..cycles {
-                if protocol {
-                    floor_cycle(&client, &dir).await?;
-                } else {
-                    raw_cycle(&client, &dir).await?;
+                match kind {
+                    RawCycle::Write => raw_cycle(&client, &dir).await?,
+                    RawCycle::Protocol => floor_cycle(&client, &dir).await?,
+                    RawCycle::Pipelined => pipelined_floor_cycle(&client, &dir).await?,
                 }
             }
             Ok(())
@@ -77,6 +90,7 @@ enum Parallel {
     Peer,
     Raw,
     Floor,
+    Pipelined,
 }
 
 pub async fn run(bench: &Bench, report: &mut Report) -> Result<()> {
@@ -89,14 +103,20 @@ pub async fn run(bench: &Bench, report: &mut Report) -> Result<()> {
     let peer_client = bench.raw().await?;
     let raw_client = bench.raw().await?;
     let floor_client = bench.raw().await?;
+    let pipelined_client = bench.raw().await?;
     let dirs = |arm: &str| {
         (0..plan.parallel_tasks)
             .map(|i| bench.path(&format!("parallel/{arm}/{i}")))
             .collect::<Vec<_>>()
     };
-    let (ours_dirs, peer_dirs, raw_dirs, floor_dirs) =
-        (dirs("ours"), dirs("peer"), dirs("raw"), dirs("floor"));
-    for dir in raw_dirs.iter().chain(&floor_dirs) {
+    let (ours_dirs, peer_dirs, raw_dirs, floor_dirs, pipelined_dirs) = (
+        dirs("ours"),
+        dirs("peer"),
+        dirs("raw"),
+        dirs("floor"),
+        dirs("pipelined"),
+    );
+    for dir in raw_dirs.iter().chain(&floor_dirs).chain(&pipelined_dirs) {
         mkdir(&raw_client, dir).await?;
     }
     // Warm-up (creates the directories), one round's worth per arm, not measured.
@@ -104,11 +124,13 @@ pub async fn run(bench: &Bench, report: &mut Report) -> Result<()> {
     parallel_ours(&session, &ours_dirs, k).await?;
     if !plan.only_ours {
         parallel_peer(&peer_client, &peer_dirs, k).await?;
-        parallel_raw(&raw_client, &raw_dirs, k, false).await?;
-        parallel_raw(&floor_client, &floor_dirs, k, true).await?;
+        parallel_raw(&raw_client, &raw_dirs, k, RawCycle::Write).await?;
+        parallel_raw(&floor_client, &floor_dirs, k, RawCycle::Protocol).await?;
+        parallel_raw(&pipelined_client, &pipelined_dirs, k, RawCycle::Pipelined).await?;
     }
 
-    let (mut ours, mut peer, mut raw, mut floor) = (
+    let (mut ours, mut peer, mut raw, mut floor, mut pipelined) = (
+        Arm::default(),
         Arm::default(),
         Arm::default(),
         Arm::default(),
@@ -119,6 +141,7 @@ pub async fn run(bench: &Bench, report: &mut Report) -> Result<()> {
         Parallel::Peer,
         Parallel::Raw,
         Parallel::Floor,
+        Parallel::Pipelined,
     ];
     let arms = if plan.only_ours {
         &arms[..1]
@@ -145,7 +168,7 @@ pub async fn run(bench: &Bench, report: &mut Report) -> Result<()> {
                     );
                 }
                 Parallel::Raw => {
-                    let work = parallel_raw(&raw_client, &raw_dirs, k, false);
+                    let work = parallel_raw(&raw_client, &raw_dirs, k, RawCycle::Write);
                     raw.push(
                         bench
                             .measure_raw(std::slice::from_ref(&raw_client), work)
@@ -153,10 +176,19 @@ pub async fn run(bench: &Bench, report: &mut Report) -> Result<()> {
                     );
                 }
                 Parallel::Floor => {
-                    let work = parallel_raw(&floor_client, &floor_dirs, k, true);
+                    let work = parallel_raw(&floor_client, &floor_dirs, k, RawCycle::Protocol);
                     floor.push(
                         bench
                             .measure_raw(std::slice::from_ref(&floor_client), work)
+                            .await?,
+                    );
+                }
+                Parallel::Pipelined => {
+                    let work =
+                        parallel_raw(&pipelined_client, &pipelined_dirs, k, RawCycle::Pipelined);
+                    pipelined.push(
+                        bench
+                            .measure_raw(std::slice::from_ref(&pipelined_client), work)
                             .await?,
                     );
                 }
@@ -169,6 +201,8 @@ pub async fn run(bench: &Bench, report: &mut Report) -> Result<()> {
     let floor_vs_raw = paired(&floor, &raw, Samples::rate);
     let per_cycle_cpu = |s: &Samples| s.cpu.as_secs_f64() / s.ops as f64;
     let cpu_vs_floor = paired(&ours, &floor, per_cycle_cpu);
+    let cpu_vs_pipelined = paired(&ours, &pipelined, per_cycle_cpu);
+    let pipelined_cpu_vs_floor = paired(&pipelined, &floor, per_cycle_cpu);
     report.set(
         "parallel",
         json!({
@@ -190,7 +224,10 @@ pub async fn run(bench: &Bench, report: &mut Report) -> Result<()> {
             "cpu_us_per_cycle": round3(ours.cpu_us_per_op()),
             "floor_cpu_us_per_cycle": round3(floor.cpu_us_per_op()),
             "ratio_cpu_vs_floor": cpu_vs_floor.json(),
-            "arms": { "ours": ours.json(), "peer": peer.json(), "raw": raw.json(), "floor": floor.json() },
+            "pipelined_cpu_us_per_cycle": round3(pipelined.cpu_us_per_op()),
+            "ratio_cpu_vs_pipelined": cpu_vs_pipelined.json(),
+            "pipelined_ratio_cpu_vs_floor": pipelined_cpu_vs_floor.json(),
+            "arms": { "ours": ours.json(), "peer": peer.json(), "raw": raw.json(), "floor": floor.json(), "pipelined": pipelined.json() },
         }),
     );
     let scenario = "3 parallel (64 locks, 1 session)";
@@ -223,9 +260,10 @@ pub async fn run(bench: &Bench, report: &mut Report) -> Result<()> {
             .ours(ours.requests_cell())
             .peer(peer.requests_cell())
             .floor(format!(
-                "{} / {}",
+                "{} / {} / {} (raw / protocol / pipelined)",
                 raw.requests_cell(),
-                floor.requests_cell()
+                floor.requests_cell(),
+                pipelined.requests_cell()
             )),
     );
     report.row(
@@ -243,6 +281,18 @@ pub async fn run(bench: &Bench, report: &mut Report) -> Result<()> {
                 cpu_vs_floor.median,
                 1.1,
             )),
+    );
+    report.row(
+        Row::new(
+            scenario,
+            "… client CPU, the protocol pipelined by hand (the listing behind the create, as ours)",
+        )
+        .floor(format!("{} (pipelined protocol)", pipelined.cpu_cell()))
+        .ratio(format!(
+            "ours/that {}; that/protocol {}",
+            cpu_vs_pipelined.cell(),
+            pipelined_cpu_vs_floor.cell()
+        )),
     );
     report.row(
         Row::new(scenario, "CPU share: ZooKeeper JVMs / client")
