@@ -128,3 +128,120 @@ pub async fn queue_run(bench: &Bench, name: &str, waiters: usize) -> Result<Queu
         fifo,
     })
 }
+
+/// What the protocol by hand keeps resident for a queue of waiters: [`by_hand_waiting`].
+pub struct ByHandRss {
+    pub rss_before: u64,
+    pub rss_waiting: u64,
+    pub rss_waiting_trimmed: u64,
+}
+
+/// The floor of a long queue's memory with this client library: `waiters` waiters of this
+/// process behind one holder, over as many plain `zookeeper-client` sessions as ours, each
+/// a task that created its node (Curator-style names, as ours), found its predecessor in a
+/// listing its session sent once after every create (shared by the session's waiters, then
+/// dropped: the least a waiter can list) and waits on an `exists` watch on it. RSS is read
+/// as in [`queue_run`], once every watch is set and the listings are gone; then the
+/// sessions are closed, which ends the waiters' nodes. Nothing is drained: without a listing
+/// kept, each deep waiter woken by its predecessor's deletion would list the queue again.
+pub async fn by_hand_waiting(bench: &Bench, name: &str, waiters: usize) -> Result<ByHandRss> {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use tokio::sync::watch;
+    use zookeeper_client as zkc;
+
+    type Listing = Option<Arc<Vec<(i32, String)>>>;
+    let dir = bench.path(name);
+    let holder = bench.raw().await?;
+    crate::arms::mkdir(&holder, &dir).await?;
+    let eph = crate::arms::ephemeral_sequential();
+    holder
+        .create(
+            &format!("{dir}/_c_{}-lock-", uuid::Uuid::new_v4()),
+            b"",
+            &eph,
+        )
+        .await?;
+    let clients: Vec<zkc::Client> =
+        futures::future::try_join_all((0..bench.plan.waiter_sessions).map(|_| bench.raw())).await?;
+    let listings: Vec<watch::Sender<Listing>> =
+        clients.iter().map(|_| watch::channel(None).0).collect();
+    let (created, watching) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let rss_before = rss_trimmed();
+
+    let mut tasks: JoinSet<Result<()>> = JoinSet::new();
+    for i in 0..waiters {
+        let client = clients[i % clients.len()].clone();
+        let mut listing = listings[i % clients.len()].subscribe();
+        let (created, watching, dir) = (created.clone(), watching.clone(), dir.clone());
+        tasks.spawn(async move {
+            let eph = crate::arms::ephemeral_sequential();
+            let prefix = format!("{dir}/_c_{}-lock-", uuid::Uuid::new_v4());
+            let (_, sequence) = client.create(&prefix, b"", &eph).await?;
+            drop(prefix);
+            let me = sequence.into_i64() as i32;
+            created.fetch_add(1, Ordering::SeqCst);
+            let predecessor = {
+                let queue = listing
+                    .wait_for(Option::is_some)
+                    .await?
+                    .clone()
+                    .expect("listed");
+                let at = queue.partition_point(|(s, _)| *s < me);
+                format!(
+                    "{dir}/{}",
+                    queue[at.checked_sub(1).ok_or("nobody ahead")?].1
+                )
+            };
+            drop(listing);
+            let (stat, watcher) = client.check_and_watch_stat(&predecessor).await?;
+            drop(predecessor);
+            watching.fetch_add(1, Ordering::SeqCst);
+            if stat.is_some() {
+                watcher.changed().await;
+            }
+            Ok(())
+        });
+    }
+    let deadline = Instant::now() + Duration::from_secs(600);
+    let wait_for = |count: &AtomicUsize| count.load(Ordering::SeqCst) < waiters;
+    while wait_for(&created) {
+        if Instant::now() > deadline {
+            return Err(format!("{name}: by hand, the creates did not all finish in 600 s").into());
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // One listing per session, sent after all its waiters' creates were answered.
+    for (client, listing) in clients.iter().zip(&listings) {
+        let mut queue: Vec<(i32, String)> = client
+            .list_children(&dir)
+            .await?
+            .into_iter()
+            .filter_map(|n| Some((n.get(n.len().checked_sub(10)?..)?.parse().ok()?, n)))
+            .collect();
+        queue.sort_unstable();
+        listing.send_replace(Some(Arc::new(queue)));
+    }
+    while wait_for(&watching) {
+        if Instant::now() > deadline {
+            return Err(format!("{name}: by hand, the watches were not all set in 600 s").into());
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    for listing in &listings {
+        listing.send_replace(None);
+    }
+    // Every watch is set at the server once this read is answered on each session.
+    touch(&clients).await?;
+    let rss_waiting = rss_bytes();
+    let rss_waiting_trimmed = rss_trimmed();
+    tasks.shutdown().await;
+    for client in clients {
+        drop(client);
+    }
+    drop(holder);
+    Ok(ByHandRss {
+        rss_before,
+        rss_waiting,
+        rss_waiting_trimmed,
+    })
+}

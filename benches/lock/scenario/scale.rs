@@ -4,7 +4,7 @@
 
 use serde_json::{json, Value};
 
-use super::queue::{queue_run, QueueRun};
+use super::queue::{by_hand_waiting, queue_run, QueueRun};
 use crate::report::{Goal, Report, Row};
 use crate::server::Bench;
 use crate::stats::round3;
@@ -112,6 +112,24 @@ pub async fn run(bench: &Bench, report: &mut Report) -> Result<()> {
     else {
         return Ok(());
     };
+    // The protocol by hand at the goal's point, right after ours: what a waiter costs this
+    // process with this client library and nothing of ours.
+    progress(format!(
+        "5/8 scale: {} waiters by hand (raw zookeeper-client calls), for their memory",
+        goal_point.n
+    ));
+    let by_hand = by_hand_waiting(
+        bench,
+        &format!("scale-by-hand-{}", goal_point.n),
+        goal_point.n,
+    )
+    .await?;
+    let per_waiter_of =
+        |rss: u64| rss.saturating_sub(by_hand.rss_before) as f64 / goal_point.n as f64;
+    let (by_hand_per_waiter, by_hand_trimmed) = (
+        per_waiter_of(by_hand.rss_waiting),
+        per_waiter_of(by_hand.rss_waiting_trimmed),
+    );
     let herd_rate = report
         .get("herd")
         .and_then(|h| h["handoffs_per_s"].as_f64());
@@ -136,6 +154,11 @@ pub async fn run(bench: &Bench, report: &mut Report) -> Result<()> {
             "goal_waiters": goal_point.n,
             "herd_handoffs_per_s": herd_rate.map(round3),
             "acquire_future_bytes": future_bytes,
+            "by_hand": {
+                "waiters": goal_point.n,
+                "rss_bytes_per_waiter": by_hand_per_waiter.round(),
+                "rss_bytes_per_waiter_trimmed": by_hand_trimmed.round(),
+            },
         }),
     );
     // The point of the goals, also under the keys earlier runs wrote.
@@ -223,6 +246,25 @@ pub async fn run(bench: &Bench, report: &mut Report) -> Result<()> {
             "scale.rss_kib_per_waiter",
             g.per_waiter / 1024.0,
             GOAL_RSS_KIB,
+        )),
+    );
+    report.row(
+        Row::new(
+            scenario,
+            format!(
+                "{} waiters: … the protocol by hand (a task, its create, a listing per session then dropped, an exists watch)",
+                g.n
+            ),
+        )
+        .floor(format!(
+            "{:.2} ({:.2})",
+            by_hand_per_waiter / 1024.0,
+            by_hand_trimmed / 1024.0
+        ))
+        .ratio(format!(
+            "ours/by hand {:.2} ({:.2} after malloc_trim)",
+            g.per_waiter / by_hand_per_waiter,
+            g.per_waiter_trimmed / by_hand_trimmed
         )),
     );
     report.row(
