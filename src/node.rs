@@ -134,7 +134,7 @@ pub(crate) enum Kind {
 }
 
 /// Every tag a zkfence, Curator or Kazoo contender's name carries before its sequence.
-const TAGS: [&str; 7] = [
+pub(crate) const TAGS: [&str; 7] = [
     "lock-",
     "__READ__",
     "__WRIT__",

@@ -245,3 +245,84 @@ async fn waiters_that_enqueue_together_share_listings_and_a_deep_queue_drains_wi
     })
     .await;
 }
+
+/// A deep waiter woken because the node it watched left (not released by a holder) checks the
+/// few nodes its session knows are still ahead of it, in one round trip, instead of listing
+/// the queue again: those nodes must be the real ones. Named wrongly (the session keeps its
+/// deep listing compactly and writes the names back), they would all look gone and the
+/// waiter would be granted while the holder still holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deep_waiter_whose_predecessor_left_is_not_granted_while_others_are_ahead() {
+    // Deeper than the queues a session keeps (32), with every waiter on one session, so
+    // that session keeps its latest listing; the holder on a session of its own.
+    const WAITERS: usize = 40;
+    let zk = shared_ensemble();
+    let holder_session = connect(&zk.connect_string(), Duration::from_secs(4)).await;
+    let session = connect(&zk.connect_string(), Duration::from_secs(4)).await;
+    let dir = unique_path("deep-leaver");
+    let holder = holder_session.lock(&dir).acquire().await.unwrap();
+    let mut waiters = Vec::new();
+    for i in 0..WAITERS {
+        let lock = session.lock(&dir);
+        waiters.push(tokio::spawn(async move { lock.acquire().await }));
+        // One at a time, so the queue's order is the order here.
+        until_children(&holder_session, &dir, i + 2).await;
+    }
+    eventually(Duration::from_secs(10), "every waiter watching", || async {
+        session.metrics().watches >= WAITERS as u64
+    })
+    .await;
+    let (watches, wakeups) = (session.metrics().watches, session.metrics().wakeups);
+
+    // The second waiter leaves: the third, woken, has the holder and the first ahead.
+    waiters[1].abort();
+    eventually(
+        Duration::from_secs(10),
+        "the third waiter woken, then watching again or granted",
+        || async {
+            let m = session.metrics();
+            m.wakeups > wakeups && (m.watches > watches || waiters[2].is_finished())
+        },
+    )
+    .await;
+    assert!(
+        !waiters[2].is_finished(),
+        "the third waiter was granted while the holder and the first waiter were ahead of it"
+    );
+    assert!(
+        !waiters[0].is_finished(),
+        "the first waiter was granted while the holder holds"
+    );
+    holder.release().await.unwrap();
+    let first = within(
+        Duration::from_secs(10),
+        "the first waiter granted",
+        &mut waiters[0],
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    assert!(
+        !waiters[2].is_finished(),
+        "the third waiter must wait for the first"
+    );
+    first.release().await.unwrap();
+    within(
+        Duration::from_secs(10),
+        "the third waiter granted",
+        &mut waiters[2],
+    )
+    .await
+    .unwrap()
+    .unwrap()
+    .release()
+    .await
+    .unwrap();
+    for waiter in waiters.into_iter().skip(3) {
+        waiter.abort();
+    }
+    eventually(Duration::from_secs(10), "no node left", || async {
+        children(&holder_session, &dir).await.is_empty()
+    })
+    .await;
+}

@@ -318,6 +318,13 @@ pub fn rss_trimmed() -> u64 {
     rss_bytes()
 }
 
+/// Bytes the allocator has handed out and not had back (`mallinfo2`'s `uordblks`): the live
+/// heap, which the allocator's free but resident pages do not move.
+pub fn heap_in_use() -> u64 {
+    // SAFETY: mallinfo2 has no preconditions; it only reads the allocator's statistics.
+    unsafe { libc::mallinfo2() }.uordblks as u64
+}
+
 pub fn rss_bytes() -> u64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()

@@ -26,6 +26,8 @@ use zookeeper_client as zk;
 
 use crate::node;
 
+use super::kept::KeptQueue;
+
 /// A directory's children in queue order (sequence order, right across the counter's wrap),
 /// sorted once and shared by every waiter that reads it.
 pub(crate) type QueueListing = Arc<Vec<(i32, String)>>;
@@ -106,8 +108,8 @@ const MAX_KNOWN: usize = 256;
 /// What the session knows of a deep queue beyond a waiter's own listing.
 #[derive(Default)]
 struct Known {
-    /// The latest listing, with its number.
-    latest: Option<(u64, QueueListing)>,
+    /// The latest deep listing, with its number.
+    latest: Option<(u64, KeptQueue)>,
     /// A sequence below which no node exists any more (they never come back): the head of a
     /// listing, or a node of ours granted an exclusive hold.
     floor: Option<i32>,
@@ -261,8 +263,10 @@ impl Listings {
 /// of listing a deep queue again.
 impl Listings {
     fn listed(&self, dir: &str, number: u64, queue: &QueueListing) {
+        // Made before the lock: a 10,000-deep listing takes a millisecond to keep.
+        let kept = (queue.len() > DEEP).then(|| KeptQueue::of(queue));
         let mut known = self.known.lock().unwrap();
-        if queue.len() <= DEEP && !known.contains_key(dir) {
+        if kept.is_none() && !known.contains_key(dir) {
             return;
         }
         if known.len() >= MAX_KNOWN && !known.contains_key(dir) {
@@ -272,7 +276,7 @@ impl Listings {
         if let Some((head, _)) = queue.first() {
             entry.raise_floor(*head);
         }
-        entry.latest = (queue.len() > DEEP).then(|| (number, queue.clone()));
+        entry.latest = kept.map(|kept| (number, kept));
     }
 
     /// A node of ours at `sequence` holds exclusively: every node ahead of it is gone.
@@ -293,14 +297,19 @@ impl Listings {
         if *number <= created {
             return None;
         }
-        let reference = queue.first()?.0;
+        if queue.is_empty() {
+            return None;
+        }
+        let reference = queue.sequence(0);
         let distance = |seq: i32| seq.wrapping_sub(reference);
-        let end = queue.partition_point(|(seq, _)| distance(*seq) < distance(sequence));
+        let end = queue.partition_point(|seq| distance(seq) < distance(sequence));
         let start = entry.floor.map_or(0, |floor| {
-            queue.partition_point(|(seq, _)| distance(*seq) < distance(floor))
+            queue.partition_point(|seq| distance(seq) < distance(floor))
         });
-        let ahead = queue.get(start..end)?;
-        (ahead.len() <= MAX_CHECKED_AHEAD).then(|| ahead.iter().map(|(_, n)| n.clone()).collect())
+        if start > end {
+            return None;
+        }
+        (end - start <= MAX_CHECKED_AHEAD).then(|| (start..end).map(|i| queue.name(i)).collect())
     }
 }
 

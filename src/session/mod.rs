@@ -4,6 +4,7 @@
 
 mod clock;
 mod keeper;
+mod kept;
 mod listing;
 mod multi;
 mod ops;

@@ -7,7 +7,9 @@ use tokio::task::JoinSet;
 use zkfence::{Session, SessionMetrics};
 
 use super::join_all_ok;
-use crate::server::{ids_of_sessions, rss_bytes, rss_trimmed, total_metrics, touch, Bench};
+use crate::server::{
+    heap_in_use, ids_of_sessions, rss_bytes, rss_trimmed, total_metrics, touch, Bench,
+};
 use crate::Result;
 
 /// What a queue of `waiters` behind one holder did.
@@ -32,6 +34,9 @@ pub struct QueueRun {
     pub rss_waiting: u64,
     /// After `malloc_trim`: without the free heap the allocator kept (listings' garbage).
     pub rss_waiting_trimmed: u64,
+    /// The live heap ([`heap_in_use`]) before the first acquire and once every waiter waits.
+    pub heap_before: u64,
+    pub heap_waiting: u64,
     /// Every waiter was granted, in the order of its token.
     pub fifo: bool,
 }
@@ -66,6 +71,7 @@ pub async fn queue_run(bench: &Bench, name: &str, waiters: usize) -> Result<Queu
     let watches_before = enqueue_before.watches;
     // Both figures grow from a trimmed baseline: garbage of the earlier scenarios is not ours.
     let rss_before = rss_trimmed();
+    let heap_before = heap_in_use();
 
     let start = Instant::now();
     let mut tasks = JoinSet::new();
@@ -92,6 +98,7 @@ pub async fn queue_run(bench: &Bench, name: &str, waiters: usize) -> Result<Queu
     touch(sessions.iter().map(Session::client)).await?;
     let enqueue = start.elapsed();
     let enqueue_listings = total_metrics(&sessions).listings - enqueue_before.listings;
+    let heap_waiting = heap_in_use();
     let rss_waiting = rss_bytes();
     let rss_waiting_trimmed = rss_trimmed();
 
@@ -125,6 +132,8 @@ pub async fn queue_run(bench: &Bench, name: &str, waiters: usize) -> Result<Queu
         rss_before,
         rss_waiting,
         rss_waiting_trimmed,
+        heap_before,
+        heap_waiting,
         fifo,
     })
 }
@@ -134,6 +143,8 @@ pub struct ByHandRss {
     pub rss_before: u64,
     pub rss_waiting: u64,
     pub rss_waiting_trimmed: u64,
+    pub heap_before: u64,
+    pub heap_waiting: u64,
 }
 
 /// The floor of a long queue's memory with this client library: `waiters` waiters of this
@@ -167,6 +178,7 @@ pub async fn by_hand_waiting(bench: &Bench, name: &str, waiters: usize) -> Resul
         clients.iter().map(|_| watch::channel(None).0).collect();
     let (created, watching) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
     let rss_before = rss_trimmed();
+    let heap_before = heap_in_use();
 
     let mut tasks: JoinSet<Result<()>> = JoinSet::new();
     for i in 0..waiters {
@@ -232,6 +244,7 @@ pub async fn by_hand_waiting(bench: &Bench, name: &str, waiters: usize) -> Resul
     }
     // Every watch is set at the server once this read is answered on each session.
     touch(&clients).await?;
+    let heap_waiting = heap_in_use();
     let rss_waiting = rss_bytes();
     let rss_waiting_trimmed = rss_trimmed();
     tasks.shutdown().await;
@@ -243,5 +256,7 @@ pub async fn by_hand_waiting(bench: &Bench, name: &str, waiters: usize) -> Resul
         rss_before,
         rss_waiting,
         rss_waiting_trimmed,
+        heap_before,
+        heap_waiting,
     })
 }

@@ -32,6 +32,11 @@ impl Point {
         self.run.enqueue.as_secs_f64()
     }
 
+    /// Live heap per waiter: what fragmentation cannot move.
+    fn heap_per_waiter(&self) -> f64 {
+        self.run.heap_waiting.saturating_sub(self.run.heap_before) as f64 / self.n as f64
+    }
+
     fn handoffs_per_s(&self) -> f64 {
         self.n as f64 / self.run.drain.as_secs_f64()
     }
@@ -51,6 +56,7 @@ impl Point {
             "rss_waiting_bytes": self.run.rss_waiting,
             "rss_bytes_per_waiter": self.per_waiter.round(),
             "rss_bytes_per_waiter_trimmed": self.per_waiter_trimmed.round(),
+            "heap_bytes_per_waiter": self.heap_per_waiter().round(),
             "drain_s": round3(self.run.drain.as_secs_f64()),
             "handoffs_per_s": round3(self.handoffs_per_s()),
             "wakeups_per_release": round3(self.run.drained.wakeups as f64 / self.n as f64),
@@ -130,6 +136,8 @@ pub async fn run(bench: &Bench, report: &mut Report) -> Result<()> {
         per_waiter_of(by_hand.rss_waiting),
         per_waiter_of(by_hand.rss_waiting_trimmed),
     );
+    let by_hand_heap =
+        by_hand.heap_waiting.saturating_sub(by_hand.heap_before) as f64 / goal_point.n as f64;
     let herd_rate = report
         .get("herd")
         .and_then(|h| h["handoffs_per_s"].as_f64());
@@ -158,6 +166,7 @@ pub async fn run(bench: &Bench, report: &mut Report) -> Result<()> {
                 "waiters": goal_point.n,
                 "rss_bytes_per_waiter": by_hand_per_waiter.round(),
                 "rss_bytes_per_waiter_trimmed": by_hand_trimmed.round(),
+                "heap_bytes_per_waiter": by_hand_heap.round(),
             },
         }),
     );
@@ -247,6 +256,18 @@ pub async fn run(bench: &Bench, report: &mut Report) -> Result<()> {
             g.per_waiter / 1024.0,
             GOAL_RSS_KIB,
         )),
+    );
+    report.row(
+        Row::new(
+            scenario,
+            format!(
+                "{} waiters: live heap per waiter (KiB; mallinfo2, what fragmentation cannot move): ours / by hand",
+                g.n
+            ),
+        )
+        .ours(format!("{:.2}", g.heap_per_waiter() / 1024.0))
+        .floor(format!("{:.2}", by_hand_heap / 1024.0))
+        .ratio(format!("ours/by hand {:.2}", g.heap_per_waiter() / by_hand_heap)),
     );
     report.row(
         Row::new(
