@@ -155,9 +155,9 @@ impl Queue {
         ours: &Pending,
     ) -> (Option<usize>, Option<Box<Contender>>) {
         let own = ours
-            .node
-            .as_deref()
-            .map(|path| path.rsplit('/').next().unwrap_or(path));
+            .created
+            .as_ref()
+            .map(|created| created.path.rsplit('/').next().unwrap_or(&created.path));
         let marker = ours.marker();
         let is_ours = |name: &str| match own {
             Some(own) => name == own,

@@ -38,7 +38,6 @@ impl Owner {
 
 /// Our node, just created, and the listing sent right behind its create, if answered.
 pub(super) struct Enqueued {
-    pub(super) created: Created,
     /// The create's number among the session's ordered requests.
     pub(super) number: u64,
     pub(super) listed: Option<QueueListing>,
@@ -53,8 +52,9 @@ pub(super) struct Pending {
     /// the node again after a create whose answer was lost.
     pub(super) format: NodeFormat,
     pub(super) uuid: uuid::Uuid,
-    /// Known once the create was answered (or our node found again).
-    pub(super) node: Option<String>,
+    /// Known once the create was answered (or our node found again). The one copy of our
+    /// node's path a waiter keeps: the wait borrows it from here.
+    pub(super) created: Option<Created>,
     /// A create was sent, so a node may exist even if `node` is unknown.
     pub(super) sent: bool,
     /// A create's outcome was unknown: one of ours may commit late, beside the node we use.
@@ -67,6 +67,11 @@ pub(super) struct Pending {
 impl Pending {
     pub(super) fn marker(&self) -> String {
         self.format.marker(&self.uuid)
+    }
+
+    /// Our node, once [`Queue::enqueue`] returned.
+    pub(super) fn created(&self) -> &Created {
+        self.created.as_ref().expect("enqueued")
     }
 
     pub(super) fn disarm(&mut self) {
@@ -83,7 +88,7 @@ impl Pending {
             self.shared.clone(),
             self.dir.clone(),
             self.marker(),
-            self.node.take(),
+            self.created.take().map(|c| c.path),
             self.sent,
         ));
         if tokio::time::timeout(CLEANUP_GRACE, task).await.is_err() {
@@ -99,7 +104,7 @@ impl Drop for Pending {
                 self.shared.clone(),
                 self.dir.clone(),
                 self.marker(),
-                self.node.take(),
+                self.created.take().map(|c| c.path),
                 self.sent,
             );
             crate::session::spawn_detached(cleanup(shared, dir, marker, node, sent));
@@ -192,7 +197,7 @@ impl Queue {
             dir: self.dir.clone(),
             format: self.format,
             uuid: *uuid,
-            node: None,
+            created: None,
             sent: false,
             uncertain: false,
             armed: true,
@@ -246,13 +251,9 @@ impl Queue {
             match created {
                 Ok(created) => {
                     shared.directories.created_in(&self.dir);
-                    pending.node = Some(created.path.clone());
                     tracing::info!(node = %created.path, token = created.czxid, sequence = created.sequence, "enqueued");
-                    return Ok(Enqueued {
-                        created,
-                        number,
-                        listed,
-                    });
+                    pending.created = Some(created);
+                    return Ok(Enqueued { number, listed });
                 }
                 Err(zk::Error::NoNode) => {
                     pending.sent = false;
@@ -280,10 +281,9 @@ impl Queue {
                     {
                         tracing::info!(node = %created.path, token = created.czxid, "enqueued (found our node after a lost answer)");
                         shared.directories.created_in(&self.dir);
-                        pending.node = Some(created.path.clone());
+                        pending.created = Some(created);
                         let number = shared.listings.last_sent();
                         return Ok(Enqueued {
-                            created,
                             number,
                             listed: None,
                         });

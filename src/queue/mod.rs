@@ -328,10 +328,10 @@ impl Queue {
             let enqueued = self.enqueue(&uuid, &mut pending).await?;
             let mut progress = Progress::default();
             let mut listing = self.listing(&enqueued, &pending);
+            let created = pending.created();
             let (place, ..) = self
-                .position(&enqueued.created, &mut listing, &mut progress, false)
+                .position(created, &mut listing, &mut progress, false)
                 .await?;
-            let created = enqueued.created;
             match place {
                 Place::Holds => self.grant(created, None).await.map(Some),
                 Place::Waits { .. } | Place::WaitsForAnyChange => Ok(None),
@@ -363,9 +363,11 @@ impl Queue {
         {
             let uuid = pending.uuid;
             let enqueued = Box::pin(self.enqueue(&uuid, pending)).await?;
-            tracing::Span::current().record("node", enqueued.created.path.as_str());
             let listing = self.listing(&enqueued, pending);
-            self.wait(enqueued.created, listing, progress)
+            // Borrowed from `pending` for as long as we wait: one copy of our node's path.
+            let created = pending.created();
+            tracing::Span::current().record("node", created.path.as_str());
+            self.wait(created, listing, progress)
         }
         .await
     }
@@ -486,7 +488,7 @@ impl Queue {
     #[allow(clippy::manual_async_fn)]
     fn wait<'a>(
         &'a self,
-        created: Created,
+        created: &'a Created,
         mut listing: Listing,
         progress: &'a mut Progress,
     ) -> impl std::future::Future<Output = Result<Grant>> + Send + 'a {
@@ -505,7 +507,7 @@ impl Queue {
                 // with the block, or a deep queue would hold one copy per waiter.
                 let (predecessor, predecessor_sequence, holds_when_gone) = {
                     let (place, index, queue, children_watch) =
-                        Box::pin(self.position(&created, &mut listing, progress, permits)).await?;
+                        Box::pin(self.position(created, &mut listing, progress, permits)).await?;
                     if !matches!(place, Place::Holds) && waiting.is_none() {
                         waiting = Some(telemetry::Waiting::start(&tag));
                     }
@@ -558,7 +560,7 @@ impl Queue {
                     woke = Some(telemetry::Woke::now());
                     Counters::bump(&shared.counters.wakeups);
                     if event == NodeEvent::Deleted
-                        && Box::pin(self.all_ahead_gone(&created, predecessor_sequence, &listing))
+                        && Box::pin(self.all_ahead_gone(created, predecessor_sequence, &listing))
                             .await?
                     {
                         let grant = Box::pin(self.grant(created, None)).await?;
@@ -664,9 +666,9 @@ impl Queue {
     /// once a proof has covered a touch made after it (about a quarter of the timeout), so
     /// a waiter whose session went quiet is never told it holds on the strength of what it
     /// heard before. Gives up after the session timeout.
-    async fn grant(&self, created: Created, own_watch: Option<NodeWatch>) -> Result<Grant> {
+    async fn grant(&self, created: &Created, own_watch: Option<NodeWatch>) -> Result<Grant> {
         let shared = self.shared();
-        let node = created.path;
+        let node = created.path.clone();
         let mut clock_changes = shared.clock.clock.subscribe();
         // The time before the clock: a renewal this reading misses then either vouches past
         // it or wakes us (renewals of a clock that vouches are silent).
@@ -758,7 +760,7 @@ impl Queue {
             orphans_of: Some(marker.to_string()),
             created_number: None,
         };
-        self.wait(created, listing, &mut progress).await
+        self.wait(&created, listing, &mut progress).await
     }
 
     /// The grant for `created` if `children` (a listing of this directory read after the
@@ -783,14 +785,7 @@ impl Queue {
             return Ok(None);
         }
         match self.admission().place(&queue, index) {
-            Place::Holds => {
-                let created = Created {
-                    path: created.path.clone(),
-                    sequence: created.sequence,
-                    czxid: created.czxid,
-                };
-                self.grant(created, None).await.map(Some)
-            }
+            Place::Holds => self.grant(created, None).await.map(Some),
             Place::Waits { .. } | Place::WaitsForAnyChange => Ok(None),
         }
     }

@@ -64,6 +64,11 @@ impl Current {
 
     /// The live session; right after an expiry, the next one, waited for until `deadline`.
     pub(super) async fn live_or_next(&self, deadline: Option<Instant>) -> Arc<Shared> {
+        // The common case, on every acquire, without a receiver made and dropped.
+        let live = self.live.borrow().clone();
+        if live.clock.now().state != SessionState::Expired || !self.reopening() {
+            return live;
+        }
         let mut sessions = self.subscribe();
         loop {
             let shared = sessions.borrow_and_update().clone();

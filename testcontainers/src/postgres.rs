@@ -524,6 +524,22 @@ impl Postgres {
             unsafe {
                 libc::shmctl(shmid, libc::IPC_RMID, std::ptr::null_mut());
             }
+            // A removed segment goes once its last process detaches, and a process being
+            // killed shows no command line (it matches no marker) a moment before it has
+            // detached: wait for the segment itself, so nothing of the server stays once
+            // `kill` returns. (Seen: the segment still listed just after `kill`, 4 runs in
+            // 20 of `stop_start_and_kill_keep_the_port_and_committed_data`.)
+            let deadline = Instant::now() + KILL_WAIT;
+            loop {
+                // SAFETY: shmid_ds is plain data, for which all zeroes is a valid value.
+                let mut stat: libc::shmid_ds = unsafe { std::mem::zeroed() };
+                // SAFETY: `stat` is a valid, writable shmid_ds for IPC_STAT to fill.
+                let listed = unsafe { libc::shmctl(shmid, libc::IPC_STAT, &mut stat) } == 0;
+                if !listed || Instant::now() >= deadline {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
         }
         // Done with this segment: a second call must not remove a reused id.
         let _ = fs::remove_file(self.data.join(PID_FILE));
