@@ -56,8 +56,13 @@ impl NodeFormat {
     }
 
     fn push_prefix(self, out: &mut String, uuid: &uuid::Uuid, kind: Kind) {
+        self.push_tagged(out, uuid, self.tag(kind));
+    }
+
+    /// Writes the marker for `uuid`, then `tag` (one of [`TAGS`]): a node's name up to its
+    /// sequence.
+    pub(crate) fn push_tagged(self, out: &mut String, uuid: &uuid::Uuid, tag: &str) {
         self.push_marker(out, uuid);
-        let tag = self.tag(kind);
         // The marker ends with the tag's first characters in Kazoo's names (`{uuid}__`).
         out.push_str(match self {
             NodeFormat::Curator => tag,
@@ -192,11 +197,17 @@ pub(crate) fn sequence_of(name: &str) -> Option<i32> {
 pub(crate) fn with_sequence(prefix: &str, sequence: i32) -> String {
     let mut path = String::with_capacity(prefix.len() + 11);
     path.push_str(prefix);
+    push_sequence(&mut path, sequence);
+    path
+}
+
+/// Writes `sequence` as ZooKeeper names a sequential node (`%010d`).
+pub(crate) fn push_sequence(out: &mut String, sequence: i32) {
     if sequence < 0 {
         // Past the counter's wrap: rare enough for the general formatter.
         use std::fmt::Write;
-        let _ = write!(path, "{sequence:010}");
-        return path;
+        let _ = write!(out, "{sequence:010}");
+        return;
     }
     let mut digits = [b'0'; 10];
     let mut rest = sequence as u32;
@@ -204,8 +215,7 @@ pub(crate) fn with_sequence(prefix: &str, sequence: i32) -> String {
         *digit = b'0' + (rest % 10) as u8;
         rest /= 10;
     }
-    path.extend(digits.iter().map(|&d| d as char));
-    path
+    out.extend(digits.iter().map(|&d| d as char));
 }
 
 /// Keeps the children that are contenders and sorts them into queue order.

@@ -41,17 +41,29 @@ impl KeptQueue {
     /// `queue` (names with their sequences, in queue order), kept.
     pub(crate) fn of(queue: &[(i32, String)]) -> KeptQueue {
         let mut others = Vec::new();
+        // Each name is written back here once, to check it reads back exactly.
+        let mut scratch = String::new();
         let nodes = queue
             .iter()
-            .map(|(sequence, name)| Kept {
-                sequence: *sequence,
-                name: match made(name, *sequence) {
-                    Some(made) => made,
-                    None => {
-                        others.push(Box::from(name.as_str()));
-                        Shape::Other(others.len() as u32 - 1)
+            .map(|(sequence, name)| {
+                if let Some(shape) = made(name) {
+                    let made = Kept {
+                        sequence: *sequence,
+                        name: shape,
+                    };
+                    scratch.clear();
+                    made.write(&others, &mut scratch);
+                    if scratch == *name {
+                        return made;
                     }
-                },
+                }
+                // Only what reads back exactly (lower-case hex, the separator, a `%010d`
+                // sequence) is kept in parts; anything else whole.
+                others.push(Box::from(name.as_str()));
+                Kept {
+                    sequence: *sequence,
+                    name: Shape::Other(others.len() as u32 - 1),
+                }
             })
             .collect();
         KeptQueue { nodes, others }
@@ -72,25 +84,26 @@ impl KeptQueue {
 
     /// The name of the node at `index`, as it was listed.
     pub(crate) fn name(&self, index: usize) -> String {
-        let node = self.nodes[index];
-        match node.name {
+        let mut name = String::new();
+        self.nodes[index].write(&self.others, &mut name);
+        name
+    }
+}
+
+impl Kept {
+    fn write(&self, others: &[Box<str>], out: &mut String) {
+        match self.name {
             Shape::Made { format, uuid, tag } => {
-                let mut name = format.marker(&uuid::Uuid::from_bytes(uuid));
-                // Kazoo's marker ends with the tag's first characters (`{uuid}__`).
-                let tag = TAGS[tag as usize];
-                name.push_str(match format {
-                    NodeFormat::Curator => tag,
-                    NodeFormat::Kazoo => &tag[2..],
-                });
-                crate::node::with_sequence(&name, node.sequence)
+                format.push_tagged(out, &uuid::Uuid::from_bytes(uuid), TAGS[tag as usize]);
+                crate::node::push_sequence(out, self.sequence);
             }
-            Shape::Other(index) => self.others[index as usize].to_string(),
+            Shape::Other(index) => out.push_str(&others[index as usize]),
         }
     }
 }
 
-/// `name` as a marker, a tag and `sequence`, if it is made so and written back the same.
-fn made(name: &str, sequence: i32) -> Option<Shape> {
+/// `name`'s marker and tag, if it starts with one of ours', Curator's or Kazoo's.
+fn made(name: &str) -> Option<Shape> {
     let (format, uuid, rest) = if let Some(rest) = name.strip_prefix("_c_") {
         let uuid = uuid::Uuid::try_parse(rest.get(..36)?).ok()?;
         (NodeFormat::Curator, uuid, rest.get(37..)?)
@@ -99,21 +112,11 @@ fn made(name: &str, sequence: i32) -> Option<Shape> {
         (NodeFormat::Kazoo, uuid, name.get(32..)?)
     };
     let tag = TAGS.iter().position(|tag| rest.starts_with(tag))?;
-    let shape = Shape::Made {
+    Some(Shape::Made {
         format,
         uuid: *uuid.as_bytes(),
         tag: tag as u8,
-    };
-    // Only what reads back exactly (lower-case hex, the separator, a `%010d` sequence):
-    // anything else is kept whole.
-    let kept = KeptQueue {
-        nodes: vec![Kept {
-            sequence,
-            name: shape,
-        }],
-        others: Vec::new(),
-    };
-    (kept.name(0) == name).then_some(shape)
+    })
 }
 
 #[cfg(test)]
