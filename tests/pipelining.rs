@@ -326,3 +326,96 @@ async fn a_deep_waiter_whose_predecessor_left_is_not_granted_while_others_are_ah
     })
     .await;
 }
+
+/// A burst of acquires on one session sends at most [`zkfence::MAX_ENQUEUES_IN_FLIGHT`]
+/// creates before their answers come back (what a session keeps for each enqueue in flight
+/// is freed once it is answered; a burst of 10,000 left that much free memory behind); the
+/// rest wait for a turn in the order they were called, send nothing meanwhile, and are
+/// enqueued as answers come back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_acquires_sends_a_window_of_creates_at_a_time_in_call_order() {
+    const WINDOW: usize = zkfence::MAX_ENQUEUES_IN_FLIGHT;
+    const WAITERS: usize = WINDOW + 44;
+    let zk = ensemble().await;
+    let proxy = zk.proxy_to(&[0]).await.unwrap();
+    let session = Session::connect(
+        &proxy.connect_string(),
+        SessionOptions::new().session_timeout(T),
+    )
+    .await
+    .unwrap();
+    let observer = connect(&zk.connect_string(), Duration::from_secs(4)).await;
+    let dir = unique_path("window");
+    // Held, so every acquire below waits; this session has seen the directory, so no
+    // directory create goes in front of any of them.
+    let holder = session.lock(&dir).acquire().await.unwrap();
+    let (before, _) = at_server(&zk, &session).await;
+    let held_back_before = session.metrics().enqueues_held_back;
+
+    proxy.hold_responses();
+    // Each acquire is polled once, in order, before the next is made: its create is sent (or
+    // it takes its turn in the window) in call order.
+    let mut acquires = Vec::new();
+    for _ in 0..WAITERS {
+        let lock = session.lock(&dir);
+        let mut acquire = Box::pin(async move {
+            let lease = lock.acquire().await.unwrap();
+            let sequence = lease.sequence();
+            lease.release().await.unwrap();
+            sequence
+        });
+        assert!(futures::poll!(acquire.as_mut()).is_pending());
+        acquires.push(acquire);
+    }
+    // One more, with a deadline that passes while it waits for a turn: it must send nothing.
+    let lock = session.lock(&dir);
+    let mut timed = Box::pin(async move { lock.acquire_timeout(Duration::from_millis(300)).await });
+    assert!(futures::poll!(timed.as_mut()).is_pending());
+    assert_eq!(
+        session.metrics().enqueues_held_back - held_back_before,
+        (WAITERS + 1 - WINDOW) as u64,
+        "every acquire past the window waits for a turn"
+    );
+    let err = within(
+        Duration::from_secs(10),
+        "the timed acquire's deadline",
+        timed,
+    )
+    .await
+    .expect_err("no turn came while the answers were held");
+    assert!(matches!(err, zkfence::Error::Timeout { .. }), "{err}");
+    // The window's creates, the first one's listing behind them (the others share the next
+    // listing, sent once that one is answered) and the timed acquire's look at the queue for
+    // its error: nothing else can go out while the answers are held.
+    let want = (WINDOW + 2) as u64;
+    eventually(
+        Duration::from_secs(10),
+        "the window's requests at the server",
+        || async { at_server(&zk, &session).await.0 - before >= want },
+    )
+    .await;
+    assert_eq!(
+        at_server(&zk, &session).await.0 - before,
+        want,
+        "sent before any answer: the window's creates, one listing and the timed acquire's, no create of the acquires waiting for a turn"
+    );
+    proxy.heal();
+    let driven = tokio::spawn(futures::future::join_all(acquires));
+    let holder_sequence = holder.sequence();
+    holder.release().await.unwrap();
+    let sequences = within(Duration::from_secs(60), "every acquire granted", driven)
+        .await
+        .unwrap();
+    // The nodes were created in call order, one after the holder's each, with none between:
+    // the timed acquire never created one.
+    let expected: Vec<i32> = (1..=WAITERS as i32).map(|i| holder_sequence + i).collect();
+    assert_eq!(
+        sequences, expected,
+        "enqueued in call order, nothing else created"
+    );
+    eventually(Duration::from_secs(10), "no node left", || async {
+        children(&observer, &dir).await.is_empty()
+    })
+    .await;
+    session.close().await;
+}

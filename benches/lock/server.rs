@@ -318,11 +318,13 @@ pub fn rss_trimmed() -> u64 {
     rss_bytes()
 }
 
-/// Bytes the allocator has handed out and not had back (`mallinfo2`'s `uordblks`): the live
-/// heap, which the allocator's free but resident pages do not move.
+/// Bytes the allocator has handed out and not had back: the live heap, which the
+/// allocator's free but resident pages do not move. `mallinfo2`'s `uordblks` (chunks in its
+/// arenas) and `hblkhd` (chunks it mapped on their own: large buffers, e.g. a listing's).
 pub fn heap_in_use() -> u64 {
     // SAFETY: mallinfo2 has no preconditions; it only reads the allocator's statistics.
-    unsafe { libc::mallinfo2() }.uordblks as u64
+    let info = unsafe { libc::mallinfo2() };
+    (info.uordblks + info.hblkhd) as u64
 }
 
 pub fn rss_bytes() -> u64 {
