@@ -73,15 +73,17 @@ impl SessionState {
 }
 
 /// How many acquires of one session may be waiting for their create's answer at once; the
-/// next ones wait for a turn, in the order they were called, before sending anything.
+/// next ones wait for a turn, in the order they were called, before sending anything. Every
+/// acquire of a lock, semaphore, election or multi-lock takes a turn, `try_acquire` too.
 ///
-/// Each enqueue in flight holds its requests and their answers (about 1.3 KiB); once a waiter
-/// waits, it keeps much less. Ten thousand acquires started at once would otherwise hold
-/// them all at the same moment, and the allocator keeps what they freed: 1.4 KiB a waiter of
-/// resident memory more, after the burst, in the bench's 10,000 waiters. The ensemble gains
-/// nothing from more: a ZooKeeper server stops reading from its clients beyond 1,000
-/// requests outstanding (`globalOutstandingLimit`), and a window of this size keeps a
-/// session's round trips full (10,000 waiters enqueue in about the same time).
+/// Each enqueue in flight holds its requests and their answers (a single lock's about
+/// 1.3 KiB); once answered, a waiter keeps much less. Ten thousand acquires started at once
+/// would otherwise hold all of them at the same moment, and the allocator keeps the memory
+/// they free among the waiters' own: about 1.3 KiB of resident memory a waiter more after
+/// such a burst (the bench's `scale` scenario). The ensemble gains nothing from more in
+/// flight: a ZooKeeper server stops reading from its clients beyond 1,000 outstanding
+/// requests (`globalOutstandingLimit`), and a window of this size keeps a session's round
+/// trips full (the bench's 10,000 waiters enqueue as fast as without it).
 /// [`SessionMetrics::enqueues_held_back`] counts the acquires that waited for a turn.
 ///
 /// ```no_run
