@@ -289,6 +289,7 @@ pub fn total_metrics(sessions: &[Session]) -> SessionMetrics {
         sum.watches += m.watches;
         sum.wakeups += m.wakeups;
         sum.keepalives += m.keepalives;
+        sum.enqueues_held_back += m.enqueues_held_back;
     }
     sum
 }
@@ -325,6 +326,26 @@ pub fn heap_in_use() -> u64 {
     // SAFETY: mallinfo2 has no preconditions; it only reads the allocator's statistics.
     let info = unsafe { libc::mallinfo2() };
     (info.uordblks + info.hblkhd) as u64
+}
+
+/// Waits until the live heap stops moving (the same to 64 KiB over three readings 100 ms
+/// apart, for at most 10 s): an earlier arm's sessions end in the background once dropped,
+/// and what they free (a session's read buffer is 1 MiB after a deep listing) would
+/// otherwise count against the next arm's waiters.
+pub async fn settled_heap() {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let mut last = heap_in_use();
+    let mut steady = 0;
+    while steady < 3 && std::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        let now = heap_in_use();
+        steady = if now.abs_diff(last) < 64 * 1024 {
+            steady + 1
+        } else {
+            0
+        };
+        last = now;
+    }
 }
 
 pub fn rss_bytes() -> u64 {

@@ -20,7 +20,7 @@ pub async fn run(bench: &Bench, report: &mut Report) -> Result<()> {
         "4/8 herd: {n} waiters on one lock over {} sessions",
         bench.plan.waiter_sessions
     ));
-    let run = queue_run(bench, "herd", n).await?;
+    let run = queue_run(bench, "herd", n, bench.plan.waiter_sessions).await?;
     // Each waiter's grant follows one release (the holder's, then each earlier waiter's):
     // `waiters` releases had someone to wake.
     let releases = run.waiters as f64;

@@ -8,7 +8,7 @@ use zkfence::{Session, SessionMetrics};
 
 use super::join_all_ok;
 use crate::server::{
-    heap_in_use, ids_of_sessions, rss_bytes, rss_trimmed, total_metrics, touch, Bench,
+    heap_in_use, ids_of_sessions, rss_bytes, rss_trimmed, settled_heap, total_metrics, touch, Bench,
 };
 use crate::Result;
 
@@ -19,6 +19,8 @@ pub struct QueueRun {
     pub enqueue: Duration,
     /// getChildren the waiters' sessions sent while enqueueing (the library's counter).
     pub enqueue_listings: u64,
+    /// Acquires that waited for a turn to send their create (`MAX_ENQUEUES_IN_FLIGHT`).
+    pub enqueues_held_back: u64,
     /// From the holder's release until the last waiter released.
     pub drain: Duration,
     /// The library's own counters (client side): deltas over the drain, waiters' sessions.
@@ -60,9 +62,15 @@ impl Drained {
     }
 }
 
-pub async fn queue_run(bench: &Bench, name: &str, waiters: usize) -> Result<QueueRun> {
+/// `waiters` waiters of this process over `sessions` sessions behind one holder.
+pub async fn queue_run(
+    bench: &Bench,
+    name: &str,
+    waiters: usize,
+    sessions: usize,
+) -> Result<QueueRun> {
     let holder = bench.session().await?;
-    let sessions = bench.sessions(bench.plan.waiter_sessions).await?;
+    let sessions = bench.sessions(sessions).await?;
     let ids = ids_of_sessions(&sessions);
     let dir = bench.path(name);
     let lease = holder.lock(&dir).acquire().await?;
@@ -70,6 +78,7 @@ pub async fn queue_run(bench: &Bench, name: &str, waiters: usize) -> Result<Queu
     let enqueue_before = total_metrics(&sessions);
     let watches_before = enqueue_before.watches;
     // Both figures grow from a trimmed baseline: garbage of the earlier scenarios is not ours.
+    settled_heap().await;
     let rss_before = rss_trimmed();
     let heap_before = heap_in_use();
 
@@ -97,7 +106,9 @@ pub async fn queue_run(bench: &Bench, name: &str, waiters: usize) -> Result<Queu
     // all of them (answers on one connection come in order).
     touch(sessions.iter().map(Session::client)).await?;
     let enqueue = start.elapsed();
-    let enqueue_listings = total_metrics(&sessions).listings - enqueue_before.listings;
+    let enqueued = total_metrics(&sessions);
+    let enqueue_listings = enqueued.listings - enqueue_before.listings;
+    let enqueues_held_back = enqueued.enqueues_held_back - enqueue_before.enqueues_held_back;
     let heap_waiting = heap_in_use();
     let rss_waiting = rss_bytes();
     let rss_waiting_trimmed = rss_trimmed();
@@ -122,6 +133,7 @@ pub async fn queue_run(bench: &Bench, name: &str, waiters: usize) -> Result<Queu
         waiters,
         enqueue,
         enqueue_listings,
+        enqueues_held_back,
         drain,
         server_requests: counted
             .received
@@ -155,7 +167,12 @@ pub struct ByHandRss {
 /// as in [`queue_run`], once every watch is set and the listings are gone; then the
 /// sessions are closed, which ends the waiters' nodes. Nothing is drained: without a listing
 /// kept, each deep waiter woken by its predecessor's deletion would list the queue again.
-pub async fn by_hand_waiting(bench: &Bench, name: &str, waiters: usize) -> Result<ByHandRss> {
+pub async fn by_hand_waiting(
+    bench: &Bench,
+    name: &str,
+    waiters: usize,
+    sessions: usize,
+) -> Result<ByHandRss> {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use tokio::sync::watch;
     use zookeeper_client as zkc;
@@ -173,10 +190,11 @@ pub async fn by_hand_waiting(bench: &Bench, name: &str, waiters: usize) -> Resul
         )
         .await?;
     let clients: Vec<zkc::Client> =
-        futures::future::try_join_all((0..bench.plan.waiter_sessions).map(|_| bench.raw())).await?;
+        futures::future::try_join_all((0..sessions).map(|_| bench.raw())).await?;
     let listings: Vec<watch::Sender<Listing>> =
         clients.iter().map(|_| watch::channel(None).0).collect();
     let (created, watching) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    settled_heap().await;
     let rss_before = rss_trimmed();
     let heap_before = heap_in_use();
 

@@ -4,7 +4,7 @@
 
 use serde_json::{json, Value};
 
-use super::queue::{by_hand_waiting, queue_run, QueueRun};
+use super::queue::{by_hand_waiting, queue_run, ByHandRss, QueueRun};
 use crate::report::{Goal, Report, Row};
 use crate::server::Bench;
 use crate::stats::round3;
@@ -51,6 +51,7 @@ impl Point {
             "enqueue_s": round3(self.enqueue_s()),
             "enqueue_per_s": round3(self.n as f64 / self.enqueue_s()),
             "enqueue_listings": self.run.enqueue_listings,
+            "enqueues_held_back": self.run.enqueues_held_back,
             "listings_per_enqueue": round3(self.listings_per_enqueue()),
             "rss_before_bytes": self.run.rss_before,
             "rss_waiting_bytes": self.run.rss_waiting,
@@ -63,6 +64,91 @@ impl Point {
             "server_notifications_per_release": round3(self.run.server_notifications as f64 / self.n as f64),
             "fifo": self.run.fifo,
         })
+    }
+}
+
+impl Point {
+    fn measured(n: usize, run: QueueRun) -> Point {
+        let per_waiter = run.rss_waiting.saturating_sub(run.rss_before) as f64 / n as f64;
+        let per_waiter_trimmed =
+            run.rss_waiting_trimmed.saturating_sub(run.rss_before) as f64 / n as f64;
+        Point {
+            n,
+            run,
+            per_waiter,
+            per_waiter_trimmed,
+        }
+    }
+}
+
+/// The goal's waiters over one session, ours and the protocol by hand.
+struct OneSession {
+    ours: Point,
+    by_hand: ByHandRss,
+}
+
+impl OneSession {
+    async fn measure(bench: &Bench, n: usize) -> Result<OneSession> {
+        let run = queue_run(bench, &format!("scale-one-session-{n}"), n, 1).await?;
+        let by_hand =
+            by_hand_waiting(bench, &format!("scale-one-session-by-hand-{n}"), n, 1).await?;
+        Ok(OneSession {
+            ours: Point::measured(n, run),
+            by_hand,
+        })
+    }
+
+    fn by_hand_per_waiter(&self) -> (f64, f64, f64) {
+        let b = &self.by_hand;
+        let n = self.ours.n as f64;
+        (
+            b.rss_waiting.saturating_sub(b.rss_before) as f64 / n,
+            b.rss_waiting_trimmed.saturating_sub(b.rss_before) as f64 / n,
+            b.heap_waiting.saturating_sub(b.heap_before) as f64 / n,
+        )
+    }
+
+    fn json(&self) -> Value {
+        let (rss, trimmed, heap) = self.by_hand_per_waiter();
+        json!({
+            "ours": self.ours.json(),
+            "by_hand": {
+                "rss_bytes_per_waiter": rss.round(),
+                "rss_bytes_per_waiter_trimmed": trimmed.round(),
+                "heap_bytes_per_waiter": heap.round(),
+            },
+        })
+    }
+
+    fn rows(&self, report: &mut Report, scenario: &str) {
+        let (o, (rss, trimmed, heap)) = (&self.ours, self.by_hand_per_waiter());
+        report.row(
+            Row::new(
+                scenario,
+                format!(
+                    "{} waiters over one session (a process sharing one Session): RSS per waiter, KiB (after malloc_trim) / live heap",
+                    o.n
+                ),
+            )
+            .ours(format!(
+                "{:.2} ({:.2}) / {:.2}",
+                o.per_waiter / 1024.0,
+                o.per_waiter_trimmed / 1024.0,
+                o.heap_per_waiter() / 1024.0
+            ))
+            .floor(format!(
+                "{:.2} ({:.2}) / {:.2} (by hand)",
+                rss / 1024.0,
+                trimmed / 1024.0,
+                heap / 1024.0
+            ))
+            .ratio(format!(
+                "ours/by hand {:.2}; enqueued in {:.1} s, drained at {:.0}/s",
+                o.per_waiter / rss,
+                o.enqueue_s(),
+                o.handoffs_per_s()
+            )),
+        );
     }
 }
 
@@ -86,22 +172,15 @@ pub async fn run(bench: &Bench, report: &mut Report) -> Result<()> {
             "5/8 scale: {n} waiters in this process over {} sessions (curve {:?})",
             bench.plan.waiter_sessions, points_wanted
         ));
-        let run = queue_run(bench, &format!("scale-{n}"), n).await?;
-        let per_waiter = run.rss_waiting.saturating_sub(run.rss_before) as f64 / n as f64;
-        let per_waiter_trimmed =
-            run.rss_waiting_trimmed.saturating_sub(run.rss_before) as f64 / n as f64;
+        let run = queue_run(bench, &format!("scale-{n}"), n, bench.plan.waiter_sessions).await?;
+        let point = Point::measured(n, run);
         progress(format!(
             "5/8 scale: {n} waiters enqueued in {:.1} s, {:.1} KiB each, drained at {:.0}/s",
-            run.enqueue.as_secs_f64(),
-            per_waiter / 1024.0,
-            n as f64 / run.drain.as_secs_f64()
+            point.enqueue_s(),
+            point.per_waiter / 1024.0,
+            point.handoffs_per_s()
         ));
-        points.push(Point {
-            n,
-            run,
-            per_waiter,
-            per_waiter_trimmed,
-        });
+        points.push(point);
     }
     let future_bytes = {
         // Not polled, so nothing is sent: only its size is of interest.
@@ -129,6 +208,7 @@ pub async fn run(bench: &Bench, report: &mut Report) -> Result<()> {
         bench,
         &format!("scale-by-hand-{}", goal_point.n),
         goal_point.n,
+        bench.plan.waiter_sessions,
     )
     .await?;
     let per_waiter_of =
@@ -139,6 +219,13 @@ pub async fn run(bench: &Bench, report: &mut Report) -> Result<()> {
     );
     let by_hand_heap =
         by_hand.heap_waiting.saturating_sub(by_hand.heap_before) as f64 / goal_point.n as f64;
+    // The same waiters over one session, as a process sharing one `Session` has them: one
+    // read buffer and one kept listing instead of one a session. Ours, then by hand.
+    let n = goal_point.n;
+    progress(format!(
+        "5/8 scale: {n} waiters over one session, ours and by hand"
+    ));
+    let one_session = OneSession::measure(bench, n).await?;
     let herd_rate = report
         .get("herd")
         .and_then(|h| h["handoffs_per_s"].as_f64());
@@ -169,6 +256,7 @@ pub async fn run(bench: &Bench, report: &mut Report) -> Result<()> {
                 "rss_bytes_per_waiter_trimmed": by_hand_trimmed.round(),
                 "heap_bytes_per_waiter": by_hand_heap.round(),
             },
+            "one_session": one_session.json(),
         }),
     );
     // The point of the goals, also under the keys earlier runs wrote.
@@ -309,6 +397,7 @@ pub async fn run(bench: &Bench, report: &mut Report) -> Result<()> {
             ),
         ),
     );
+    one_session.rows(report, scenario);
     let drain_vs_herd = herd_rate.map(|h| g.handoffs_per_s() / h);
     let mut drain = Row::new(scenario, format!("{} waiters: drain (handoffs/s)", g.n))
         .ours(format!("{:.0}", g.handoffs_per_s()));

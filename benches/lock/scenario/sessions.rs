@@ -32,6 +32,7 @@ pub async fn run(bench: &Bench, report: &mut Report) -> Result<()> {
         "5/8 sessions: {n} sessions in this process each holding one lock, counted over {} s",
         window.as_secs()
     ));
+    crate::server::settled_heap().await;
     let rss_before = rss_trimmed();
     let setup = Instant::now();
     let mut sessions = Vec::with_capacity(n);
