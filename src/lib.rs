@@ -165,9 +165,7 @@ pub use multi_lock::{MultiLease, MultiLock, MAX_MULTI_LOCK_PATHS};
 pub use node::{NodeFormat, OwnerInfo};
 pub use queue::Contender;
 pub use semaphore::Semaphore;
-pub use session::{
-    FencedOp, Session, SessionMetrics, SessionOptions, SessionState, MAX_ENQUEUES_IN_FLIGHT,
-};
+pub use session::{FencedOp, Session, SessionMetrics, SessionOptions, SessionState};
 pub use token::FencingToken;
 
 /// Registers the help text and unit of every zkfence metric (the crate docs' *Metrics*

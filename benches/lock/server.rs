@@ -289,7 +289,6 @@ pub fn total_metrics(sessions: &[Session]) -> SessionMetrics {
         sum.watches += m.watches;
         sum.wakeups += m.wakeups;
         sum.keepalives += m.keepalives;
-        sum.enqueues_held_back += m.enqueues_held_back;
     }
     sum
 }

@@ -20,8 +20,6 @@ pub(super) async fn enqueue(
     pending: &mut Pending,
 ) -> Result<Vec<Created>> {
     let shared = queues[0].session().shared();
-    // Held until the creates are answered, as a single lock's (MAX_ENQUEUES_IN_FLIGHT).
-    let _turn = shared.clone().enqueue_turn().await;
     let prefixes: Vec<String> = queues.iter().map(|q| q.node_prefix(uuid)).collect();
     let data = queues[0].owner_data();
     let dir_of = |index: Option<usize>| queues[index.unwrap_or(0).min(queues.len() - 1)].dir();

@@ -8,7 +8,7 @@ use zookeeper_client as zk;
 
 use crate::error::{Error, Result};
 use crate::node::{self, NodeFormat, OwnerInfo};
-use crate::session::{answered_in_order, Acquiring, Created, EnqueueTurn, QueueListing, Shared};
+use crate::session::{answered_in_order, Acquiring, Created, QueueListing, Shared};
 
 use super::{Admission, Queue, CLEANUP_GRACE, MAX_DIRECTORY_RETRIES};
 
@@ -206,15 +206,11 @@ impl Queue {
 
     /// Step 1: the protected create, with the listing of step 2 sent right behind it (and,
     /// when the directory is likely missing, the directory's create in front): one round trip
-    /// for all three. `_turn`, the session's turn to send them, is held until both are
-    /// answered ([`MAX_ENQUEUES_IN_FLIGHT`]).
-    ///
-    /// [`MAX_ENQUEUES_IN_FLIGHT`]: crate::MAX_ENQUEUES_IN_FLIGHT
+    /// for all three.
     pub(super) async fn enqueue(
         &self,
         uuid: &uuid::Uuid,
         pending: &mut Pending,
-        _turn: EnqueueTurn,
     ) -> Result<Enqueued> {
         let shared = self.shared();
         let prefix = self.format.prefix_in(&self.dir, uuid, self.kind);

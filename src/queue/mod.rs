@@ -325,8 +325,7 @@ impl Queue {
         let uuid = self.uuid.unwrap_or_else(uuid::Uuid::new_v4);
         let mut pending = self.pending(&uuid);
         let result = async {
-            let turn = self.shared().enqueue_turn().await;
-            let enqueued = self.enqueue(&uuid, &mut pending, turn).await?;
+            let enqueued = self.enqueue(&uuid, &mut pending).await?;
             let mut progress = Progress::default();
             let mut listing = self.listing(&enqueued, &pending);
             let created = pending.created();
@@ -363,10 +362,7 @@ impl Queue {
         // the wait's own copies for as long as the waiter waits.
         {
             let uuid = pending.uuid;
-            // The turn before the boxed step: a burst of acquires allocates a window of
-            // steps at a time, not one for every acquire at once.
-            let turn = self.shared().enqueue_turn().await;
-            let enqueued = Box::pin(self.enqueue(&uuid, pending, turn)).await?;
+            let enqueued = Box::pin(self.enqueue(&uuid, pending)).await?;
             let listing = self.listing(&enqueued, pending);
             // Borrowed from `pending` for as long as we wait: one copy of our node's path.
             let created = pending.created();

@@ -72,30 +72,6 @@ impl SessionState {
     }
 }
 
-/// How many acquires of one session may be waiting for their create's answer at once; the
-/// next ones wait for a turn, in the order they were called, before sending anything. Every
-/// acquire of a lock, semaphore, election or multi-lock takes a turn, `try_acquire` too.
-///
-/// Each enqueue in flight holds its requests and their answers (a single lock's about
-/// 1.3 KiB); once answered, a waiter keeps much less. Ten thousand acquires started at once
-/// would otherwise hold all of them at the same moment, and the allocator keeps the memory
-/// they free among the waiters' own: about 1.3 KiB of resident memory a waiter more after
-/// such a burst (the bench's `scale` scenario). The ensemble gains nothing from more in
-/// flight: a ZooKeeper server stops reading from its clients beyond 1,000 outstanding
-/// requests (`globalOutstandingLimit`), and a window of this size keeps a session's round
-/// trips full (the bench's 10,000 waiters enqueue as fast as without it).
-/// [`SessionMetrics::enqueues_held_back`] counts the acquires that waited for a turn.
-///
-/// ```no_run
-/// # async fn f(session: zkfence::Session) -> zkfence::Result<()> {
-/// let m = session.metrics();
-/// if m.enqueues_held_back > 0 {
-///     println!("bursts of more than {} acquires at once", zkfence::MAX_ENQUEUES_IN_FLIGHT);
-/// }
-/// # Ok(()) }
-/// ```
-pub const MAX_ENQUEUES_IN_FLIGHT: usize = 256;
-
 /// Request counters of one session, for operators and for tests that prove there is no herd.
 ///
 /// ```no_run
@@ -130,9 +106,6 @@ pub struct SessionMetrics {
     pub expiries: u64,
     /// Attempts to open a new ZooKeeper session after an expiry (successful or not).
     pub reopen_attempts: u64,
-    /// Acquires that waited for a turn to send their create, because
-    /// [`MAX_ENQUEUES_IN_FLIGHT`] of this session's were already waiting for an answer.
-    pub enqueues_held_back: u64,
 }
 
 #[derive(Default)]
@@ -148,7 +121,6 @@ pub(crate) struct Counters {
     pub(crate) reconnects: AtomicU64,
     pub(crate) expiries: AtomicU64,
     pub(crate) reopen_attempts: AtomicU64,
-    pub(crate) enqueues_held_back: AtomicU64,
 }
 
 impl Counters {
@@ -173,8 +145,6 @@ pub(crate) struct Shared {
     pub(crate) listings: Arc<listing::Listings>,
     /// Which lock directories this session has reason to think exist.
     pub(crate) directories: listing::Directories,
-    /// Turns to send an enqueue: [`MAX_ENQUEUES_IN_FLIGHT`] at a time, in call order.
-    enqueue_turns: tokio::sync::Semaphore,
 }
 
 impl Shared {
@@ -193,49 +163,12 @@ impl Shared {
             reconnects: get(&c.reconnects),
             expiries: get(&c.expiries),
             reopen_attempts: get(&c.reopen_attempts),
-            enqueues_held_back: get(&c.enqueues_held_back),
         }
-    }
-
-    /// A turn to send an acquire's create (and the listing behind it), to hold until both
-    /// are answered. Turns are handed out in the order they were asked for.
-    ///
-    /// Cancel safe: a turn not yet given goes to the next in line.
-    pub(crate) async fn enqueue_turn(self: Arc<Self>) -> EnqueueTurn {
-        let waited = match self.enqueue_turns.try_acquire() {
-            Ok(turn) => turn,
-            Err(_) => {
-                Counters::bump(&self.counters.enqueues_held_back);
-                tracing::trace!(
-                    in_flight = MAX_ENQUEUES_IN_FLIGHT,
-                    "an enqueue waits for a turn"
-                );
-                self.enqueue_turns
-                    .acquire()
-                    .await
-                    .expect("the turns are never closed")
-            }
-        };
-        // Given back by EnqueueTurn's drop, which owns the session rather than borrowing it.
-        waited.forget();
-        EnqueueTurn { shared: self }
     }
 
     /// Registers a granted lease so the clock can end it.
     pub(crate) fn register(self: &Arc<Self>, node: String, epoch: u64) -> (Arc<Holding>, u64) {
         self.clock.register(self, node, epoch)
-    }
-}
-
-/// One of the [`MAX_ENQUEUES_IN_FLIGHT`] turns of a session ([`Shared::enqueue_turn`]), given
-/// back when dropped.
-pub(crate) struct EnqueueTurn {
-    shared: Arc<Shared>,
-}
-
-impl Drop for EnqueueTurn {
-    fn drop(&mut self) {
-        self.shared.enqueue_turns.add_permits(1);
     }
 }
 
@@ -769,7 +702,6 @@ async fn open(
         metrics_path_labels: options.metrics_path_labels,
         listings: Arc::default(),
         directories: listing::Directories::new(!options.persistent_directories),
-        enqueue_turns: tokio::sync::Semaphore::new(MAX_ENQUEUES_IN_FLIGHT),
     });
     let keeper = tokio::spawn(keeper::keep(shared.clone(), client.state_watcher()));
     tracing::info!(

@@ -19,8 +19,6 @@ pub struct QueueRun {
     pub enqueue: Duration,
     /// getChildren the waiters' sessions sent while enqueueing (the library's counter).
     pub enqueue_listings: u64,
-    /// Acquires that waited for a turn to send their create (`MAX_ENQUEUES_IN_FLIGHT`).
-    pub enqueues_held_back: u64,
     /// From the holder's release until the last waiter released.
     pub drain: Duration,
     /// The library's own counters (client side): deltas over the drain, waiters' sessions.
@@ -106,9 +104,7 @@ pub async fn queue_run(
     // all of them (answers on one connection come in order).
     touch(sessions.iter().map(Session::client)).await?;
     let enqueue = start.elapsed();
-    let enqueued = total_metrics(&sessions);
-    let enqueue_listings = enqueued.listings - enqueue_before.listings;
-    let enqueues_held_back = enqueued.enqueues_held_back - enqueue_before.enqueues_held_back;
+    let enqueue_listings = total_metrics(&sessions).listings - enqueue_before.listings;
     let heap_waiting = heap_in_use();
     let rss_waiting = rss_bytes();
     let rss_waiting_trimmed = rss_trimmed();
@@ -133,7 +129,6 @@ pub async fn queue_run(
         waiters,
         enqueue,
         enqueue_listings,
-        enqueues_held_back,
         drain,
         server_requests: counted
             .received
