@@ -1,6 +1,7 @@
 //! 5. Scale: a curve of queue lengths, each queue of waiters in one process behind one
 //!    holder (enqueue time, RSS and getChildren per waiter, drain rate, FIFO order), and how
-//!    each cost grows per 10× waiters.
+//!    each cost grows per 10× waiters; at the goal's point, the protocol by hand beside it,
+//!    and both again over one session.
 
 use serde_json::{json, Value};
 
