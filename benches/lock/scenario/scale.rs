@@ -29,6 +29,18 @@ struct Point {
 }
 
 impl Point {
+    fn measured(n: usize, run: QueueRun) -> Point {
+        let per_waiter = run.rss_waiting.saturating_sub(run.rss_before) as f64 / n as f64;
+        let per_waiter_trimmed =
+            run.rss_waiting_trimmed.saturating_sub(run.rss_before) as f64 / n as f64;
+        Point {
+            n,
+            run,
+            per_waiter,
+            per_waiter_trimmed,
+        }
+    }
+
     fn enqueue_s(&self) -> f64 {
         self.run.enqueue.as_secs_f64()
     }
@@ -64,20 +76,6 @@ impl Point {
             "server_notifications_per_release": round3(self.run.server_notifications as f64 / self.n as f64),
             "fifo": self.run.fifo,
         })
-    }
-}
-
-impl Point {
-    fn measured(n: usize, run: QueueRun) -> Point {
-        let per_waiter = run.rss_waiting.saturating_sub(run.rss_before) as f64 / n as f64;
-        let per_waiter_trimmed =
-            run.rss_waiting_trimmed.saturating_sub(run.rss_before) as f64 / n as f64;
-        Point {
-            n,
-            run,
-            per_waiter,
-            per_waiter_trimmed,
-        }
     }
 }
 
