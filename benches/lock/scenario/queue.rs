@@ -154,6 +154,24 @@ pub struct ByHandRss {
     pub heap_waiting: u64,
 }
 
+/// [`ByHandRss`]'s growth divided among its waiters, in bytes.
+pub struct ByHandPerWaiter {
+    pub rss: f64,
+    pub rss_trimmed: f64,
+    pub heap: f64,
+}
+
+impl ByHandRss {
+    pub fn per_waiter(&self, waiters: usize) -> ByHandPerWaiter {
+        let per = |before: u64, after: u64| after.saturating_sub(before) as f64 / waiters as f64;
+        ByHandPerWaiter {
+            rss: per(self.rss_before, self.rss_waiting),
+            rss_trimmed: per(self.rss_before, self.rss_waiting_trimmed),
+            heap: per(self.heap_before, self.heap_waiting),
+        }
+    }
+}
+
 /// The floor of a long queue's memory with this client library: `waiters` waiters of this
 /// process behind one holder, over as many plain `zookeeper-client` sessions as ours, each
 /// a task that created its node (Curator-style names, as ours), found its predecessor in a

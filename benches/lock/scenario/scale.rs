@@ -96,30 +96,20 @@ impl OneSession {
         })
     }
 
-    fn by_hand_per_waiter(&self) -> (f64, f64, f64) {
-        let b = &self.by_hand;
-        let n = self.ours.n as f64;
-        (
-            b.rss_waiting.saturating_sub(b.rss_before) as f64 / n,
-            b.rss_waiting_trimmed.saturating_sub(b.rss_before) as f64 / n,
-            b.heap_waiting.saturating_sub(b.heap_before) as f64 / n,
-        )
-    }
-
     fn json(&self) -> Value {
-        let (rss, trimmed, heap) = self.by_hand_per_waiter();
+        let b = self.by_hand.per_waiter(self.ours.n);
         json!({
             "ours": self.ours.json(),
             "by_hand": {
-                "rss_bytes_per_waiter": rss.round(),
-                "rss_bytes_per_waiter_trimmed": trimmed.round(),
-                "heap_bytes_per_waiter": heap.round(),
+                "rss_bytes_per_waiter": b.rss.round(),
+                "rss_bytes_per_waiter_trimmed": b.rss_trimmed.round(),
+                "heap_bytes_per_waiter": b.heap.round(),
             },
         })
     }
 
     fn rows(&self, report: &mut Report, scenario: &str) {
-        let (o, (rss, trimmed, heap)) = (&self.ours, self.by_hand_per_waiter());
+        let (o, b) = (&self.ours, self.by_hand.per_waiter(self.ours.n));
         report.row(
             Row::new(
                 scenario,
@@ -136,13 +126,13 @@ impl OneSession {
             ))
             .floor(format!(
                 "{:.2} ({:.2}) / {:.2} (by hand)",
-                rss / 1024.0,
-                trimmed / 1024.0,
-                heap / 1024.0
+                b.rss / 1024.0,
+                b.rss_trimmed / 1024.0,
+                b.heap / 1024.0
             ))
             .ratio(format!(
                 "ours/by hand {:.2}; enqueued in {:.1} s, drained at {:.0}/s",
-                o.per_waiter / rss,
+                o.per_waiter / b.rss,
                 o.enqueue_s(),
                 o.handoffs_per_s()
             )),
@@ -209,14 +199,7 @@ pub async fn run(bench: &Bench, report: &mut Report) -> Result<()> {
         bench.plan.waiter_sessions,
     )
     .await?;
-    let per_waiter_of =
-        |rss: u64| rss.saturating_sub(by_hand.rss_before) as f64 / goal_point.n as f64;
-    let (by_hand_per_waiter, by_hand_trimmed) = (
-        per_waiter_of(by_hand.rss_waiting),
-        per_waiter_of(by_hand.rss_waiting_trimmed),
-    );
-    let by_hand_heap =
-        by_hand.heap_waiting.saturating_sub(by_hand.heap_before) as f64 / goal_point.n as f64;
+    let by_hand = by_hand.per_waiter(goal_point.n);
     // The same waiters over one session, as a process sharing one `Session` has them: one
     // read buffer and one kept listing instead of one a session. Ours, then by hand.
     let n = goal_point.n;
@@ -250,9 +233,9 @@ pub async fn run(bench: &Bench, report: &mut Report) -> Result<()> {
             "acquire_future_bytes": future_bytes,
             "by_hand": {
                 "waiters": goal_point.n,
-                "rss_bytes_per_waiter": by_hand_per_waiter.round(),
-                "rss_bytes_per_waiter_trimmed": by_hand_trimmed.round(),
-                "heap_bytes_per_waiter": by_hand_heap.round(),
+                "rss_bytes_per_waiter": by_hand.rss.round(),
+                "rss_bytes_per_waiter_trimmed": by_hand.rss_trimmed.round(),
+                "heap_bytes_per_waiter": by_hand.heap.round(),
             },
             "one_session": one_session.json(),
         }),
@@ -353,8 +336,8 @@ pub async fn run(bench: &Bench, report: &mut Report) -> Result<()> {
             ),
         )
         .ours(format!("{:.2}", g.heap_per_waiter() / 1024.0))
-        .floor(format!("{:.2}", by_hand_heap / 1024.0))
-        .ratio(format!("ours/by hand {:.2}", g.heap_per_waiter() / by_hand_heap)),
+        .floor(format!("{:.2}", by_hand.heap / 1024.0))
+        .ratio(format!("ours/by hand {:.2}", g.heap_per_waiter() / by_hand.heap)),
     );
     report.row(
         Row::new(
@@ -366,13 +349,13 @@ pub async fn run(bench: &Bench, report: &mut Report) -> Result<()> {
         )
         .floor(format!(
             "{:.2} ({:.2})",
-            by_hand_per_waiter / 1024.0,
-            by_hand_trimmed / 1024.0
+            by_hand.rss / 1024.0,
+            by_hand.rss_trimmed / 1024.0
         ))
         .ratio(format!(
             "ours/by hand {:.2} ({:.2} after malloc_trim)",
-            g.per_waiter / by_hand_per_waiter,
-            g.per_waiter_trimmed / by_hand_trimmed
+            g.per_waiter / by_hand.rss,
+            g.per_waiter_trimmed / by_hand.rss_trimmed
         )),
     );
     report.row(
