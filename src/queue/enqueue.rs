@@ -306,3 +306,29 @@ impl Queue {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The size of what `f` returns, without calling it: the size of an async fn's future
+    /// without a session to make one with.
+    fn returned_size<'a, A, B, C, R>(_f: impl FnOnce(&'a A, &'a B, &'a mut C) -> R) -> usize
+    where
+        A: 'a,
+        B: 'a,
+        C: 'a,
+    {
+        std::mem::size_of::<R>()
+    }
+
+    /// Every waiter of a burst (10,000 enqueued at once by one process) holds its step until
+    /// the create's answer: that is the process's peak, and the allocator keeps it. 1,280
+    /// bytes while the listing was an async block that kept its turn twice and
+    /// `answered_in_order` an async fn; 800 since, with room for a compiler's layout to move.
+    #[test]
+    fn an_enqueue_step_is_at_most_880_bytes() {
+        let step = returned_size(Queue::enqueue);
+        assert!(step <= 880, "an enqueue step is {step} bytes");
+    }
+}
