@@ -336,8 +336,8 @@ mod tests {
     /// Every waiter of a burst (10,000 enqueued at once by one process) holds its step until
     /// the create's answer: that is the process's peak, and the allocator keeps it. 1,280
     /// bytes while the listing was an async block that kept its turn twice, and
-    /// `answered_in_order` and this step async fns that kept their arguments twice; 760
-    /// since, with room for a compiler's layout to move.
+    /// `answered_in_order` and this step async fns that kept their arguments twice; 768
+    /// since (with a second listing turn inline), with room for a compiler's layout to move.
     #[test]
     fn an_enqueue_step_is_at_most_840_bytes() {
         let step = returned_size(Queue::enqueue);

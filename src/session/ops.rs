@@ -175,6 +175,13 @@ pub(crate) struct Created {
     pub(crate) czxid: i64,
 }
 
+/// A listing turn's answer, settled: the listing's result, or ask again (after a pause when
+/// its outcome is unknown).
+enum Settled {
+    Listed(Result<Option<QueueListing>>),
+    Again { pause: bool },
+}
+
 /// Awaits two requests sent one right after the other on one connection, which ZooKeeper
 /// answers in the order they were sent: the result of the `first`, and the `second`'s if the
 /// first succeeded.
@@ -472,22 +479,68 @@ impl Shared {
     /// this right after sending its create and awaits the create first, with nothing to poll
     /// side by side.
     ///
-    /// Combinators over the first turn, not an async block: a block keeps the turn it
-    /// captured beside the one it matched and what it awaits (648 bytes), and every enqueue
-    /// carries this future while 10,000 waiters of one process enqueue at once. The asks
-    /// again (a sharer whose sender gave up, an outcome unknown) are rare and boxed.
+    /// Combinators over two turns, not an async block: a block keeps the turn it captured
+    /// beside the one it matched and what it awaits (648 bytes), and every enqueue carries
+    /// this future while it waits for its listing (10,000 at once in one process). Two
+    /// turns inline: in a burst of enqueues, most find their session's listing in flight
+    /// sent before their create, wait for it, and share the next one. A third (rare) is boxed.
     pub(crate) fn list_queue_after<'a>(
         &'a self,
         dir: &'a std::sync::Arc<str>,
         after: u64,
     ) -> impl Future<Output = Result<Option<QueueListing>>> + Send + 'a {
+        self.listing_turn(dir, after)
+            .then(move |answer| match self.settle_listing(dir, answer) {
+                Settled::Listed(listed) => futures::future::ready(listed).left_future(),
+                Settled::Again { pause: false } => self
+                    .listing_turn(dir, after)
+                    .then(move |answer| match self.settle_listing(dir, answer) {
+                        Settled::Listed(listed) => futures::future::ready(listed).left_future(),
+                        Settled::Again { pause } => {
+                            Box::pin(self.list_queue_again(dir, after, pause)).right_future()
+                        }
+                    })
+                    .left_future()
+                    .right_future(),
+                Settled::Again { pause: true } => Box::pin(self.list_queue_again(dir, after, true))
+                    .right_future()
+                    .right_future(),
+            })
+    }
+
+    /// [`Self::list_queue_after`] past its turns inline: asks until a listing answers or
+    /// fails for good, pausing first after an unknown outcome.
+    async fn list_queue_again(
+        &self,
+        dir: &std::sync::Arc<str>,
+        after: u64,
+        mut pause: bool,
+    ) -> Result<Option<QueueListing>> {
+        loop {
+            if pause {
+                pause_before_retry().await;
+            }
+            match self.settle_listing(dir, self.listing_turn(dir, after).await) {
+                Settled::Listed(listed) => return listed,
+                Settled::Again { pause: unknown } => pause = unknown,
+            }
+        }
+    }
+
+    /// One turn at a listing of `dir` sent after request number `after`: shares the one in
+    /// flight or sends one (at the call), and answers with it, or `None` to ask again (its
+    /// sender gave up, or it was sent too early for us and is answered now).
+    fn listing_turn<'a>(
+        &'a self,
+        dir: &'a std::sync::Arc<str>,
+        after: u64,
+    ) -> impl Future<Output = Option<(listing::Listed, Instant)>> + Send + 'a {
         match self
             .listings
             .join_or_send(dir, after, || self.client.list_children(dir))
         {
             Turn::Share(answer) => listing::shared_answer(answer).left_future(),
             Turn::After(answer) => listing::shared_answer(answer)
-                // Sent too early for us: once it is answered, ask again.
                 .map(|_| None)
                 .left_future()
                 .right_future(),
@@ -499,74 +552,24 @@ impl Shared {
                     .right_future()
             }
         }
-        .then(move |answer| {
-            let unknown = match answer {
-                Some((listed, sent)) => match self.listed(dir, listed, sent) {
-                    Some(done) => return futures::future::ready(done).left_future(),
-                    None => true,
-                },
-                // Its sender gave up, or it was sent too early for us.
-                None => false,
-            };
-            Box::pin(self.list_queue_again(dir, after, unknown)).right_future()
-        })
     }
 
-    /// [`Self::list_queue_after`] after its first turn did not answer: asks until a listing
-    /// answers or fails for good, first pausing if that turn's outcome was unknown.
-    async fn list_queue_again(
-        &self,
-        dir: &std::sync::Arc<str>,
-        after: u64,
-        pause_first: bool,
-    ) -> Result<Option<QueueListing>> {
-        if pause_first {
-            pause_before_retry().await;
-        }
-        loop {
-            let turn = self
-                .listings
-                .join_or_send(dir, after, || self.client.list_children(dir));
-            let (listed, sent) = match turn {
-                Turn::Share(answer) => match listing::shared_answer(answer).await {
-                    Some(answer) => answer,
-                    None => continue, // its sender was cancelled: ask again
-                },
-                Turn::After(answer) => {
-                    listing::shared_answer(answer).await;
-                    continue;
-                }
-                Turn::Send(sent, request) => {
-                    Counters::bump(&self.counters.listings);
-                    sent.answer(request.await)
-                }
-            };
-            match self.listed(dir, listed, sent) {
-                Some(done) => return done,
-                None => pause_before_retry().await,
-            }
-        }
-    }
-
-    /// A listing's answer, fed to the lease clock: `None` while its outcome is unknown (ask
-    /// again), else what the listing returns.
-    fn listed(
-        &self,
-        dir: &str,
-        listed: listing::Listed,
-        sent: Instant,
-    ) -> Option<Result<Option<QueueListing>>> {
+    /// What a listing turn's answer comes to, fed to the lease clock.
+    fn settle_listing(&self, dir: &str, answer: Option<(listing::Listed, Instant)>) -> Settled {
+        let Some((listed, sent)) = answer else {
+            return Settled::Again { pause: false };
+        };
         match listed {
             Ok(queue) => {
                 self.answered(Answer::Read, sent);
-                Some(Ok(queue))
+                Settled::Listed(Ok(queue))
             }
-            Err(e) if outcome_unknown(&e) => None,
+            Err(e) if outcome_unknown(&e) => Settled::Again { pause: true },
             Err(e) => {
                 if write_error_answer(&e).is_some() {
                     self.answered(Answer::Read, sent);
                 }
-                Some(Err(Error::zk("list", dir, e)))
+                Settled::Listed(Err(Error::zk("list", dir, e)))
             }
         }
     }
