@@ -214,43 +214,61 @@ impl Queue {
     /// Cancel safe: dropping the future removes our node in the background. On an error or
     /// when `deadline` passes, the node is removed before this returns (or, if the ensemble
     /// does not answer within a short grace, in the background).
-    pub(crate) async fn join(&self, deadline: Option<Instant>) -> Result<Grant> {
-        self.validate_dir()?;
-        // Bound in a statement of its own: a temporary of `?` kept to the end of an
-        // expression would sit in every waiter's state beside the queue itself.
-        let bound = self.bound(deadline).await?;
-        bound.join_bound(deadline).await
+    ///
+    /// An async block, not an async fn (here and in `join_bound`): an async fn keeps its
+    /// arguments twice in its state, and every waiter carries it.
+    #[allow(clippy::manual_async_fn)]
+    pub(crate) fn join(
+        &self,
+        deadline: Option<Instant>,
+    ) -> impl std::future::Future<Output = Result<Grant>> + Send + '_ {
+        async move {
+            self.validate_dir()?;
+            // Bound in a statement of its own: a temporary of `?` kept to the end of an
+            // expression would sit in every waiter's state beside the queue itself.
+            let bound = self.bound(deadline).await?;
+            bound.join_bound(deadline).await
+        }
     }
 
-    async fn join_bound(&self, deadline: Option<Instant>) -> Result<Grant> {
-        let mut pending = self.pending(&self.uuid.unwrap_or_else(uuid::Uuid::new_v4));
-        let mut progress = Progress::default();
-        let started = Instant::now();
-        let tag = self.tag();
-        telemetry::acquire_started(&tag);
-        let span =
-            tracing::info_span!("zkfence.acquire", dir = %self.dir, node = tracing::field::Empty);
-        let wait = self
-            .enqueue_and_wait(&mut pending, &mut progress)
-            .instrument(span);
-        // The wait's answer is matched where it arrives, never bound: a binding's room is
-        // reserved beside the wait for as long as the waiter waits.
-        let failure = match deadline {
-            None => match wait.await {
-                Ok(grant) => return Self::granted(grant, &mut pending, &tag, started),
-                Err(err) => Some(err),
-            },
-            // Boxed: a timer is 96 bytes, and most waiters have no deadline.
-            Some(deadline) => match Box::pin(tokio::time::timeout_at(deadline, wait)).await {
-                Ok(Ok(grant)) => return Self::granted(grant, &mut pending, &tag, started),
-                Ok(Err(err)) => Some(err),
-                Err(_) => None,
-            },
-        };
-        // Boxed, and handed what it needs by value: the rare steps of a failed wait, kept in
-        // this future, would sit beside the wait in every waiter's state for as long as it
-        // waits.
-        Box::pin(self.give_up(failure, pending, progress, tag, started)).await
+    #[allow(clippy::manual_async_fn)]
+    fn join_bound(
+        &self,
+        deadline: Option<Instant>,
+    ) -> impl std::future::Future<Output = Result<Grant>> + Send + '_ {
+        async move {
+            let mut pending = self.pending(&self.uuid.unwrap_or_else(uuid::Uuid::new_v4));
+            let mut progress = Progress::default();
+            let started = Instant::now();
+            let tag = self.tag();
+            telemetry::acquire_started(&tag);
+            let span = tracing::info_span!(
+                "zkfence.acquire",
+                dir = %self.dir,
+                node = tracing::field::Empty
+            );
+            let wait = self
+                .enqueue_and_wait(&mut pending, &mut progress)
+                .instrument(span);
+            // The wait's answer is matched where it arrives, never bound: a binding's room
+            // is reserved beside the wait for as long as the waiter waits.
+            let failure = match deadline {
+                None => match wait.await {
+                    Ok(grant) => return Self::granted(grant, &mut pending, &tag, started),
+                    Err(err) => Some(err),
+                },
+                // Boxed: a timer is 96 bytes, and most waiters have no deadline.
+                Some(deadline) => match Box::pin(tokio::time::timeout_at(deadline, wait)).await {
+                    Ok(Ok(grant)) => return Self::granted(grant, &mut pending, &tag, started),
+                    Ok(Err(err)) => Some(err),
+                    Err(_) => None,
+                },
+            };
+            // Boxed, and handed what it needs by value: the rare steps of a failed wait,
+            // kept in this future, would sit beside the wait in every waiter's state for as
+            // long as it waits.
+            Box::pin(self.give_up(failure, pending, progress, tag, started)).await
+        }
     }
 
     /// A join that holds: our node is the lease's now.
@@ -351,25 +369,32 @@ impl Queue {
         }
     }
 
-    async fn enqueue_and_wait(
-        &self,
-        pending: &mut Pending,
-        progress: &mut Progress,
-    ) -> Result<Grant> {
-        // Boxed here and below: a waiter's future is as large as its largest step, and it
-        // waits a long time in the small ones (10,000 waiters in one process).
-        // The block ends before the wait is awaited, so what it names is not kept beside
-        // the wait's own copies for as long as the waiter waits.
-        {
-            let uuid = pending.uuid;
-            let enqueued = Box::pin(self.enqueue(&uuid, pending)).await?;
-            let listing = self.listing(&enqueued, pending);
-            // Borrowed from `pending` for as long as we wait: one copy of our node's path.
-            let created = pending.created();
-            tracing::Span::current().record("node", created.path.as_str());
-            self.wait(created, listing, progress)
+    /// Steps 1 to 3.
+    ///
+    /// An async block, not an async fn: an async fn keeps its arguments twice in its state,
+    /// and every waiter carries it.
+    #[allow(clippy::manual_async_fn)]
+    fn enqueue_and_wait<'a>(
+        &'a self,
+        pending: &'a mut Pending,
+        progress: &'a mut Progress,
+    ) -> impl std::future::Future<Output = Result<Grant>> + Send + 'a {
+        async move {
+            // Boxed here and below: a waiter's future is as large as its largest step, and it
+            // waits a long time in the small ones (10,000 waiters in one process).
+            // The block ends before the wait is awaited, so what it names is not kept beside
+            // the wait's own copies for as long as the waiter waits.
+            {
+                let uuid = pending.uuid;
+                let enqueued = Box::pin(self.enqueue(&uuid, pending)).await?;
+                let listing = self.listing(&enqueued, pending);
+                // Borrowed from `pending` for as long as we wait: one copy of our node's path.
+                let created = pending.created();
+                tracing::Span::current().record("node", created.path.as_str());
+                self.wait(created, listing, progress)
+            }
+            .await
         }
-        .await
     }
 
     /// How step 2 reads the queue for the node `enqueued` made.
@@ -574,14 +599,16 @@ impl Queue {
                 // before the predecessor's (events arrive in zxid order), so a waiter whose node
                 // was deleted is never granted.
                 let mut connection = shared.mark_connection();
-                let (predecessor_watch, own_watch) =
-                    Box::pin(shared.watch_pair(&predecessor, &created.path)).await?;
-                let Some(mut own_watch) = own_watch else {
-                    return Err(self.vanished(&created.path));
-                };
-                let Some(mut predecessor_watch) = predecessor_watch else {
-                    continue; // already gone: look again
-                };
+                // Unwrapped in the match, not bound first and unwrapped after: the bound pair
+                // would sit beside the unwrapped one in every waiter's state.
+                let (mut predecessor_watch, mut own_watch) =
+                    match Box::pin(shared.watch_pair(&predecessor, &created.path)).await? {
+                        (_, None) => return Err(self.vanished(&created.path)),
+                        (None, Some(_)) => continue, // already gone: look again
+                        (Some(predecessor_watch), Some(own_watch)) => {
+                            (predecessor_watch, own_watch)
+                        }
+                    };
                 tracing::info!(%predecessor, "waiting on predecessor (second in line)");
                 drop(predecessor);
                 let predecessor_event = tokio::select! {
@@ -605,19 +632,24 @@ impl Queue {
                     // An event of the same transaction (a multi that deleted both nodes) may be
                     // in the client's hands but not yet dispatched: let it run once first.
                     tokio::task::yield_now().await;
-                    match own_watch.arrived() {
-                        Some(Ok(NodeEvent::Deleted)) => return Err(self.vanished(&created.path)),
-                        Some(Err(err)) => return Err(err),
-                        Some(Ok(NodeEvent::Changed)) => continue,
-                        // The one we watched was the last thing between us and holding in our
-                        // last listing, nothing smaller than our sequence can appear since, and
-                        // our node outlived it: we hold without listing again.
-                        None => {
-                            let grant = Box::pin(self.grant(created, Some(own_watch))).await?;
-                            telemetry::release_to_grant(&tag, woke);
-                            return Ok(grant);
+                    // Matched in a block that ends before the grant's await: a scrutinee kept
+                    // to the end of the match would sit (72 bytes) in every waiter's state.
+                    {
+                        match own_watch.arrived() {
+                            Some(Ok(NodeEvent::Deleted)) => {
+                                return Err(self.vanished(&created.path))
+                            }
+                            Some(Err(err)) => return Err(err),
+                            Some(Ok(NodeEvent::Changed)) => continue,
+                            None => {}
                         }
                     }
+                    // The one we watched was the last thing between us and holding in our
+                    // last listing, nothing smaller than our sequence can appear since, and
+                    // our node outlived it: we hold without listing again.
+                    let grant = Box::pin(self.grant(created, Some(own_watch))).await?;
+                    telemetry::release_to_grant(&tag, woke);
+                    return Ok(grant);
                 }
                 // Deleted deeper in the queue, or changed: look again.
             }

@@ -146,11 +146,12 @@ fn per_decade(x1: usize, y1: f64, x2: usize, y2: f64) -> f64 {
     (y2 / y1).powf(1.0 / (x2 as f64 / x1 as f64).log10())
 }
 
-/// The acquire future's size this library keeps to (768 bytes with Rust 1.95 here; 792
-/// before a waiter borrowed its node's path, 1,144 before the join stopped keeping its
-/// answer's binding, its failure steps and a look's listing beside the wait), with room for a
-/// compiler's layout to move a little.
-const MAX_ACQUIRE_FUTURE_BYTES: f64 = 840.0;
+/// The acquire future's size this library keeps to (680 bytes with Rust 1.95 here; 768
+/// before the join's steps became async blocks, 792 before a waiter borrowed its node's path,
+/// 1,144 before the join stopped keeping its answer's binding, its failure steps and a look's
+/// listing beside the wait), with room for a compiler's layout to move a little. A unit test
+/// (`an_acquire_future_is_at_most_720_bytes`) holds the same bound.
+const MAX_ACQUIRE_FUTURE_BYTES: f64 = 720.0;
 
 pub async fn run(bench: &Bench, report: &mut Report) -> Result<()> {
     let points_wanted = bench.plan.scale_points.clone();
@@ -364,7 +365,7 @@ pub async fn run(bench: &Bench, report: &mut Report) -> Result<()> {
             "bytes of one waiter's acquire future (`size_of_val`)",
         )
         .ours(future_bytes.to_string())
-        .floor("768 the round before too (792 before it), 1,144 two rounds before, 1,472 before issue 22")
+        .floor("768 the two rounds before (792 before them), 1,144 three rounds before, 1,472 before issue 22")
         .goal(
             Goal::at_most(
                 "scale.acquire_future_bytes",
