@@ -632,17 +632,14 @@ impl Queue {
                     // An event of the same transaction (a multi that deleted both nodes) may be
                     // in the client's hands but not yet dispatched: let it run once first.
                     tokio::task::yield_now().await;
-                    // Matched in a block that ends before the grant's await: a scrutinee kept
-                    // to the end of the match would sit (72 bytes) in every waiter's state.
-                    {
-                        match own_watch.arrived() {
-                            Some(Ok(NodeEvent::Deleted)) => {
-                                return Err(self.vanished(&created.path))
-                            }
-                            Some(Err(err)) => return Err(err),
-                            Some(Ok(NodeEvent::Changed)) => continue,
-                            None => {}
-                        }
+                    // The grant is awaited after the match, not in its arm: the match's
+                    // scrutinee (72 bytes) lives to the match's end, and would sit in every
+                    // waiter's state.
+                    match own_watch.arrived() {
+                        Some(Ok(NodeEvent::Deleted)) => return Err(self.vanished(&created.path)),
+                        Some(Err(err)) => return Err(err),
+                        Some(Ok(NodeEvent::Changed)) => continue,
+                        None => {}
                     }
                     // The one we watched was the last thing between us and holding in our
                     // last listing, nothing smaller than our sequence can appear since, and
