@@ -156,6 +156,8 @@ mod fence;
 // Operator metrics, beside every layer (an empty shell without the `metrics` feature).
 mod telemetry;
 
+pub mod guide;
+
 pub use election::{Election, LeaderChanges, LeaderInfo, LeaderTask, Leadership};
 pub use error::{ConnectFailure, Error, LossReason, Result, ServerFailure};
 pub use fence::{Fence, StaleToken};

@@ -1,0 +1,4 @@
+//! The guide: long-form pages (`docs/guide/*.md`), each a module here so that docs.rs shows
+//! them beside the API and `cargo test --doc` compiles every Rust snippet in them, as
+//! clap's `_tutorial` does. The modules hold no code.
+#![doc = include_str!("../../docs/guide/index.md")]
