@@ -6,6 +6,8 @@
 
 use std::io::{self, BufRead, Write};
 use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
@@ -20,6 +22,42 @@ pub(crate) fn monotonic_us() -> u64 {
     // SAFETY: clock_gettime(2) writes only the timespec we own; CLOCK_MONOTONIC always exists.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     ts.tv_sec as u64 * 1_000_000 + ts.tv_nsec as u64 / 1_000
+}
+
+/// Appends events to the campaign's history, stamped on the campaign's clock.
+#[derive(Clone)]
+pub(crate) struct Recorder {
+    pub(crate) origin_us: u64,
+    history: Arc<Mutex<Vec<Record>>>,
+}
+
+impl Recorder {
+    pub(crate) fn new() -> Recorder {
+        Recorder {
+            origin_us: monotonic_us(),
+            history: Arc::new(Mutex::new(Vec::new())),
+        }
+    }
+
+    pub(crate) fn record(&self, event: Event) {
+        let t_us = monotonic_us().saturating_sub(self.origin_us);
+        self.history.lock().unwrap().push(Record { t_us, event });
+    }
+
+    pub(crate) fn push(&self, record: Record) {
+        self.history.lock().unwrap().push(record);
+    }
+
+    pub(crate) fn now(&self) -> Duration {
+        Duration::from_micros(monotonic_us().saturating_sub(self.origin_us))
+    }
+
+    /// The history so far, in time order.
+    pub(crate) fn snapshot(&self) -> Vec<Record> {
+        let mut h = self.history.lock().unwrap().clone();
+        h.sort_by_key(|r| r.t_us);
+        h
+    }
 }
 
 /// One recorded event, with its time.

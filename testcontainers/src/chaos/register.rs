@@ -14,7 +14,8 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 use zkfence::{Fence, FencingToken};
 
-use super::{Event, Recorder};
+use super::history::Recorder;
+use super::Event;
 
 /// The register's server; dropping it stops accepting (connections end with their clients).
 pub(crate) struct RegisterServer {

@@ -12,16 +12,17 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-use tokio::net::TcpStream;
+use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::sync::watch;
 use zkfence::zookeeper_client as zk;
 use zkfence::{Error, Lease, Session, SessionOptions, SessionState};
 
+mod stores;
+
 use super::faults::Rng;
 use super::history::monotonic_us;
-use super::sql;
 use super::{Event, Record};
+use stores::{Database, Register};
 
 /// What the campaign tells a contender process (one JSON argument).
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -327,98 +328,5 @@ async fn expire(session: &Session, direct: &str, t: Duration) -> Result<(), Stri
         }
         Ok(Err(e)) => Err(e.to_string()),
         Err(_) => Err(format!("no session within {t:?}")),
-    }
-}
-
-/// The connection to the campaign's PostgreSQL (`--postgres`), opened when first needed and
-/// again after an error.
-struct Database {
-    url: String,
-    client: Option<tokio_postgres::Client>,
-}
-
-impl Database {
-    fn new(url: String) -> Database {
-        Database { url, client: None }
-    }
-
-    /// Writes (token, client, seq) through the recipe's fence and records PostgreSQL's
-    /// answer; false only if the fence refused. An error is recorded as such (the write
-    /// may or may not have committed: PostgreSQL's log at the end says) and the hold goes
-    /// on, as it would with a store that answered nothing.
-    async fn write(&mut self, c: &ContenderConfig, token: u64, seq: u64) -> bool {
-        let client = c.client;
-        let t = Duration::from_millis(c.session_timeout_ms);
-        let result = match self.client.as_mut() {
-            Some(db) => sql::write_through_fence(db, &c.lock_path, client, token, seq)
-                .await
-                .map_err(|e| sql::with_causes(&e)),
-            None => match sql::connect(&self.url, t).await {
-                Ok(db) => {
-                    let db = self.client.insert(db);
-                    sql::write_through_fence(db, &c.lock_path, client, token, seq)
-                        .await
-                        .map_err(|e| sql::with_causes(&e))
-                }
-                Err(e) => Err(format!("connect: {e}")),
-            },
-        };
-        match result {
-            Ok(sql::Outcome::Written) => {
-                emit(c, Event::PgWriteAccepted { client, token, seq });
-                true
-            }
-            Ok(sql::Outcome::Stale { newest }) => {
-                emit(
-                    c,
-                    Event::PgWriteRefused {
-                        client,
-                        token,
-                        seq,
-                        newest,
-                    },
-                );
-                false
-            }
-            Err(error) => {
-                self.client = None;
-                emit(
-                    c,
-                    Event::PgWriteFailed {
-                        client,
-                        token,
-                        seq,
-                        error,
-                    },
-                );
-                true
-            }
-        }
-    }
-}
-
-/// The connection to the campaign's register.
-struct Register {
-    stream: BufReader<TcpStream>,
-}
-
-impl Register {
-    async fn connect(addr: SocketAddr) -> std::io::Result<Register> {
-        let stream = TcpStream::connect(addr).await?;
-        stream.set_nodelay(true)?;
-        Ok(Register {
-            stream: BufReader::new(stream),
-        })
-    }
-
-    /// Writes (token, client, seq); `Ok(false)` if the fence refused it.
-    async fn write(&mut self, client: usize, token: u64, seq: u64) -> std::io::Result<bool> {
-        let line = format!("{client} {token} {seq}\n");
-        self.stream.get_mut().write_all(line.as_bytes()).await?;
-        let mut answer = String::new();
-        if self.stream.read_line(&mut answer).await? == 0 {
-            return Err(std::io::ErrorKind::UnexpectedEof.into());
-        }
-        Ok(answer.trim() == "ok")
     }
 }

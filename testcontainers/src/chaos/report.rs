@@ -1,0 +1,196 @@
+//! What a campaign did and found, and checking a history again.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use super::check::{self, check, Violation};
+use super::{draw_window, read_jsonl, Event, FaultKind, Record};
+
+/// What a campaign did and found.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct Report {
+    /// The settings' seed.
+    pub seed: u64,
+    /// How long faults were injected.
+    pub duration: Duration,
+    /// The whole history, in time order.
+    pub history: Vec<Record>,
+    /// What [`check`] found: empty for a clean run.
+    pub violations: Vec<Violation>,
+    /// Where the history was written.
+    pub history_path: PathBuf,
+    /// Where the timeline was drawn.
+    pub timeline_path: PathBuf,
+}
+
+impl Report {
+    /// Grants in the history.
+    pub fn grants(&self) -> usize {
+        self.count(|e| matches!(e, Event::Granted { .. }))
+    }
+
+    /// Writes the register accepted.
+    pub fn accepted_writes(&self) -> usize {
+        self.count(|e| matches!(e, Event::WriteAccepted { .. }))
+    }
+
+    /// Late writes the register's fence refused.
+    pub fn refused_writes(&self) -> usize {
+        self.count(|e| matches!(e, Event::WriteRefused { .. }))
+    }
+
+    /// Whether the campaign also wrote to PostgreSQL (`--postgres`).
+    pub fn with_postgres(&self) -> bool {
+        self.count(|e| matches!(e, Event::Campaign { postgres: true, .. })) > 0
+    }
+
+    /// Writes PostgreSQL committed: its own log's count (a writer may have died before it
+    /// reported its commit), or the writers' reports if the log could not be read.
+    pub fn pg_accepted_writes(&self) -> usize {
+        self.history
+            .iter()
+            .find_map(|r| match &r.event {
+                Event::PostgresFinal {
+                    writes,
+                    error: None,
+                    ..
+                } => Some(writes.len()),
+                _ => None,
+            })
+            .unwrap_or_else(|| self.count(|e| matches!(e, Event::PgWriteAccepted { .. })))
+    }
+
+    /// Late writes PostgreSQL's fence refused.
+    pub fn pg_refused_writes(&self) -> usize {
+        self.count(|e| matches!(e, Event::PgWriteRefused { .. }))
+    }
+
+    /// Writes the register and PostgreSQL judged differently (one accepted, the other
+    /// refused): no violation, see [`check`].
+    pub fn judged_differently(&self) -> usize {
+        check::judged_differently(&self.history)
+    }
+
+    /// Faults started, by kind.
+    pub fn faults(&self) -> BTreeMap<FaultKind, usize> {
+        let mut by_kind = BTreeMap::new();
+        for r in &self.history {
+            if let Event::FaultStarted { kind, .. } = r.event {
+                *by_kind.entry(kind).or_insert(0) += 1;
+            }
+        }
+        by_kind
+    }
+
+    /// Planned faults that found no victim.
+    pub fn skipped_faults(&self) -> usize {
+        self.count(|e| matches!(e, Event::FaultSkipped { .. }))
+    }
+
+    /// Times a killed server did not start again (ZooKeeper refused its data).
+    pub fn restart_failures(&self) -> usize {
+        self.count(|e| matches!(e, Event::RestartFailed { .. }))
+    }
+
+    /// Servers whose data was wiped so that they resync (after a failed restart).
+    pub fn wiped_servers(&self) -> usize {
+        self.count(|e| matches!(e, Event::ServerWiped { .. }))
+    }
+
+    fn count(&self, f: impl Fn(&Event) -> bool) -> usize {
+        self.history.iter().filter(|r| f(&r.event)).count()
+    }
+
+    /// The one-line summary, e.g. `zkfence chaos: seed 7, 60s: 41 grants, 97 writes
+    /// accepted, 3 late writes refused, 14 faults (kill-leader 2, ...), 0 skipped, 0
+    /// violations`; with PostgreSQL, `..., 3 late writes refused, PostgreSQL 96 writes
+    /// accepted, 4 late writes refused (1 judged otherwise by the register), 14 faults ...`;
+    /// after a server that would not restart, `..., 0 skipped, 1 failed server restarts (1
+    /// servers wiped to resync), 0 violations`.
+    pub fn summary(&self) -> String {
+        let faults = self.faults();
+        let total: usize = faults.values().sum();
+        let kinds: Vec<String> = faults.iter().map(|(k, n)| format!("{k} {n}")).collect();
+        let postgres = if self.with_postgres() {
+            format!(
+                ", PostgreSQL {} writes accepted, {} late writes refused ({} judged otherwise \
+                 by the register)",
+                self.pg_accepted_writes(),
+                self.pg_refused_writes(),
+                self.judged_differently()
+            )
+        } else {
+            String::new()
+        };
+        // Only when it happened: most runs have none, and their line stays as it was.
+        let restarts = match self.restart_failures() {
+            0 => String::new(),
+            n => format!(
+                ", {n} failed server restarts ({} servers wiped to resync)",
+                self.wiped_servers()
+            ),
+        };
+        format!(
+            "zkfence chaos: seed {}, {}s: {} grants, {} writes accepted, {} late writes \
+             refused{postgres}, {} faults ({}), {} skipped{restarts}, {} violations",
+            self.seed,
+            self.duration.as_secs(),
+            self.grants(),
+            self.accepted_writes(),
+            self.refused_writes(),
+            total,
+            kinds.join(", "),
+            self.skipped_faults(),
+            self.violations.len()
+        )
+    }
+}
+
+/// Checks a history written by an earlier campaign again, and draws its timeline again at
+/// `timeline_path`, of the seconds `window` only if given (see [`draw_window`]). A history
+/// is the whole evidence: the rules and the picture can be applied to it later, e.g. after
+/// the checker learned a new rule.
+///
+/// ```no_run
+/// # fn f() -> std::io::Result<()> {
+/// let history = "zkfence-chaos/history.jsonl".as_ref();
+/// let report = zkfence_testcontainers::chaos::recheck(history, "again.svg".as_ref(), None)?;
+/// println!("{}", report.summary());
+/// # Ok(()) }
+/// ```
+///
+/// # Notable errors
+/// An [`io::Error`](std::io::Error) if the history cannot be read or parsed (the message
+/// names the line), the window is empty, or the picture cannot be written.
+pub fn recheck(
+    history_path: &Path,
+    timeline_path: &Path,
+    window: Option<(Duration, Duration)>,
+) -> std::io::Result<Report> {
+    let mut history = read_jsonl(history_path)?;
+    history.sort_by_key(|r| r.t_us);
+    let (seed, duration_ms) = history
+        .iter()
+        .find_map(|r| match r.event {
+            Event::Campaign {
+                seed, duration_ms, ..
+            } => Some((seed, duration_ms)),
+            _ => None,
+        })
+        .unwrap_or_default();
+    let violations = check(&history);
+    if let Some(dir) = timeline_path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)?;
+    }
+    draw_window(&history, &violations, timeline_path, window)?;
+    Ok(Report {
+        seed,
+        duration: Duration::from_millis(duration_ms),
+        history,
+        violations,
+        history_path: history_path.to_path_buf(),
+        timeline_path: timeline_path.to_path_buf(),
+    })
+}
