@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use zkfence_testcontainers::chaos::{self, ChaosConfig, FaultKind};
+use zkfence_testcontainers::chaos::{self, ChaosConfig, FaultKind, Recipe};
 use zkfence_testcontainers::HarnessError;
 
 use crate::duration;
@@ -23,9 +23,17 @@ pub struct Args {
     seed: Option<u64>,
     /// The fault kinds, comma-separated: kill-leader, kill-follower, pause-server,
     /// isolate-server, blackhole-client, cut-client, stall-holder, kill-client,
-    /// expire-session, delete-waiter. [default: all]
+    /// expire-session, delete-waiter, delete-holder, shrink-timeout. [default: all]
     #[arg(long, value_delimiter = ',', value_name = "KIND,...")]
     faults: Vec<FaultKind>,
+    /// The recipes the contenders drive, comma-separated: lock, election, rwlock, semaphore,
+    /// multi, or mixed (all of them); each hold is of one of them, chosen at random, and the
+    /// checker applies each recipe's rules to its grants.
+    #[arg(long, default_value = "lock", value_parser = parse_recipes, value_name = "RECIPE,...")]
+    recipe: Recipes,
+    /// The semaphore's permits (with --recipe semaphore or mixed): fewer than --clients.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..), value_name = "N")]
+    permits: u32,
     /// Servers in the ensemble: 3 or 5.
     #[arg(long, default_value_t = 3, value_parser = parse_nodes, value_name = "N")]
     nodes: usize,
@@ -49,12 +57,20 @@ pub struct Args {
     out: Option<PathBuf>,
     /// Run no campaign: check the history FILE (a history.jsonl of an earlier run) again and
     /// draw its timeline again.
-    #[arg(long, value_name = "FILE", conflicts_with_all = ["duration", "seed", "faults", "nodes", "clients", "session_timeout", "tick_time", "postgres"])]
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["duration", "seed", "faults", "recipe", "permits", "nodes", "clients", "session_timeout", "tick_time", "postgres"])]
     check: Option<PathBuf>,
     /// With --check: draw only the seconds FROM..TO of the campaign, e.g. "300s..600s" (a
     /// long run's whole picture is wide).
     #[arg(long, requires = "check", value_parser = parse_window, value_name = "FROM..TO")]
     window: Option<(Duration, Duration)>,
+}
+
+/// The recipes of `--recipe` (one value: a comma-separated list, or `mixed`).
+#[derive(Debug, Clone)]
+struct Recipes(Vec<Recipe>);
+
+fn parse_recipes(s: &str) -> Result<Recipes, String> {
+    Recipe::parse_list(s).map(Recipes)
 }
 
 fn parse_window(s: &str) -> Result<(Duration, Duration), String> {
@@ -116,6 +132,8 @@ pub fn task(args: Args) -> Result<Task, Failure> {
         kinds.dedup();
         config.faults = kinds;
     }
+    config.recipes = args.recipe.0;
+    config.permits = args.permits as usize;
     config.nodes = args.nodes;
     config.clients = args.clients as usize;
     config.session_timeout = args.session_timeout;
@@ -163,14 +181,16 @@ pub async fn run(task: Task) -> Result<u8, Failure> {
 
 async fn campaign(config: ChaosConfig) -> Result<chaos::Report, Failure> {
     let kinds: Vec<&str> = config.faults.iter().map(|k| k.name()).collect();
+    let recipes: Vec<&str> = config.recipes.iter().map(|r| r.name()).collect();
     eprintln!(
-        "zkfence chaos: seed {}, {}s of faults ({}) on {} servers, {} clients, session timeout \
-         {:?}, tickTime {:?}{}; writing to {}",
+        "zkfence chaos: seed {}, {}s of faults ({}) on {} servers, {} clients driving {}, \
+         session timeout {:?}, tickTime {:?}{}; writing to {}",
         config.seed,
         config.duration.as_secs(),
         kinds.join(", "),
         config.nodes,
         config.clients,
+        recipes.join(", "),
         config.session_timeout,
         config.tick_time,
         if config.postgres {

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::FaultKind;
+use super::{FaultKind, Recipe};
 use crate::HarnessError;
 
 /// The settings of a campaign. [`ChaosConfig::new`] gives the defaults; set the fields.
@@ -35,6 +35,12 @@ pub struct ChaosConfig {
     /// recipe's SQL, in a throwaway [`Postgres`](crate::Postgres) the campaign starts.
     /// Default false.
     pub postgres: bool,
+    /// The recipes the contenders drive (each hold is of one of them, chosen at random).
+    /// Default: the lock.
+    pub recipes: Vec<Recipe>,
+    /// The semaphore's permits (with [`Recipe::Semaphore`]): at least 1, fewer than the
+    /// clients, so that they contend. Default 2.
+    pub permits: usize,
 }
 
 impl ChaosConfig {
@@ -51,6 +57,8 @@ impl ChaosConfig {
             out_dir: PathBuf::from("zkfence-chaos"),
             contender: (program.into(), args),
             postgres: false,
+            recipes: vec![Recipe::Lock],
+            permits: 2,
         }
     }
 
@@ -69,7 +77,8 @@ impl ChaosConfig {
     }
 
     /// Checks that the settings can work: 1, 3 or 5 nodes (server faults need 3), at least
-    /// 2 clients, a session timeout within 2 and 20 tickTimes (ZooKeeper's clamp), and with
+    /// 2 clients, a session timeout within 2 and 20 tickTimes (ZooKeeper's clamp), at least
+    /// one recipe, a semaphore's permits fewer than the clients, and with
     /// [`postgres`](Self::postgres), PostgreSQL's server binaries installed.
     ///
     /// # Notable errors
@@ -101,6 +110,18 @@ impl ChaosConfig {
                 self.session_timeout,
                 self.tick_time * 2,
                 self.tick_time * 20
+            ));
+        }
+        if self.recipes.is_empty() {
+            return bad("at least one recipe is needed".into());
+        }
+        if self.recipes.contains(&Recipe::Semaphore)
+            && (self.permits == 0 || self.permits >= self.clients)
+        {
+            return bad(format!(
+                "the semaphore's permits must be at least 1 and fewer than the {} clients, \
+                 so that they contend, not {}",
+                self.clients, self.permits
             ));
         }
         if self.nodes == 1 && self.faults.iter().any(|k| k.hurts_a_server()) {

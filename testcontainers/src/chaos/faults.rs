@@ -40,11 +40,22 @@ pub enum FaultKind {
     /// Delete a waiter's queue node, as an operator cleaning up by hand would.
     /// Instantaneous.
     DeleteWaiter,
+    /// Delete the current holder's queue node (of any recipe: a lock, a leadership, a
+    /// permit, one path of a multi-lock), as an operator clearing a "stuck" lock would. No
+    /// lock can tell the holder first (the next waiter is told by the same commit), so the
+    /// checker allows that overlap and requires the holder's `Lost` within a bound instead.
+    /// Instantaneous.
+    DeleteHolder,
+    /// Restart the servers one at a time (a rolling config change) with a
+    /// `maxSessionTimeout` below the contenders' session timeout, so that sessions
+    /// reconnecting get a shorter timeout than they asked for; healed by a second rolling
+    /// restart with the first setting.
+    ShrinkTimeout,
 }
 
 impl FaultKind {
     /// Every kind, in a fixed order.
-    pub const ALL: [FaultKind; 10] = [
+    pub const ALL: [FaultKind; 12] = [
         FaultKind::KillLeader,
         FaultKind::KillFollower,
         FaultKind::PauseServer,
@@ -55,6 +66,8 @@ impl FaultKind {
         FaultKind::KillClient,
         FaultKind::ExpireSession,
         FaultKind::DeleteWaiter,
+        FaultKind::DeleteHolder,
+        FaultKind::ShrinkTimeout,
     ];
 
     /// The name used on the command line and in the history (`kill-leader`, ...).
@@ -70,6 +83,8 @@ impl FaultKind {
             FaultKind::KillClient => "kill-client",
             FaultKind::ExpireSession => "expire-session",
             FaultKind::DeleteWaiter => "delete-waiter",
+            FaultKind::DeleteHolder => "delete-holder",
+            FaultKind::ShrinkTimeout => "shrink-timeout",
         }
     }
 
@@ -82,6 +97,7 @@ impl FaultKind {
                 | FaultKind::KillFollower
                 | FaultKind::PauseServer
                 | FaultKind::IsolateServer
+                | FaultKind::ShrinkTimeout
         )
     }
 
@@ -89,7 +105,10 @@ impl FaultKind {
     pub fn is_instant(self) -> bool {
         matches!(
             self,
-            FaultKind::CutClient | FaultKind::ExpireSession | FaultKind::DeleteWaiter
+            FaultKind::CutClient
+                | FaultKind::ExpireSession
+                | FaultKind::DeleteWaiter
+                | FaultKind::DeleteHolder
         )
     }
 }
@@ -276,6 +295,27 @@ impl Reservation<'_> {
         state.hurt.insert(chosen);
         self.server = Some(chosen);
         Some(chosen)
+    }
+}
+
+impl Reservation<'_> {
+    /// Moves this fault to `server` (a rolling restart going on to the next server): frees
+    /// the server it had and takes `server`, unless another fault hurts it now.
+    pub(crate) fn claim_next(&mut self, server: usize) -> Option<usize> {
+        let mut state = self.budget.state.lock().unwrap();
+        if let Some(had) = self.server.take() {
+            state.hurt.remove(&had);
+        }
+        if !state.hurt.insert(server) {
+            return None;
+        }
+        self.server = Some(server);
+        Some(server)
+    }
+
+    /// The server this fault has claimed, if any.
+    pub(crate) fn server(&self) -> Option<usize> {
+        self.server
     }
 }
 

@@ -4,6 +4,7 @@
 //! contender process stamps its own events when they happen (not when the campaign reads
 //! them from its pipe), so the campaign and the contenders share one time line.
 
+use std::collections::BTreeMap;
 use std::io::{self, BufRead, Write};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -11,7 +12,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::FaultKind;
+use super::recipe::LOCK_PATH;
+use super::{FaultKind, Recipe};
 
 /// Microseconds on `CLOCK_MONOTONIC`, the one clock of a campaign and its contenders.
 pub(crate) fn monotonic_us() -> u64 {
@@ -98,6 +100,12 @@ pub enum Event {
         /// Whether every write also went to a PostgreSQL row (`--postgres`).
         #[serde(default)]
         postgres: bool,
+        /// The recipes the contenders drove (histories before there was a choice: the lock).
+        #[serde(default = "lock_only")]
+        recipes: Vec<Recipe>,
+        /// The semaphore's permits (with [`Recipe::Semaphore`]).
+        #[serde(default, skip_serializing_if = "is_zero")]
+        permits: usize,
     },
     /// A contender process started (again).
     ContenderStarted {
@@ -113,7 +121,9 @@ pub enum Event {
         /// The ZooKeeper session id, in hex.
         session: String,
     },
-    /// A contender was granted the lock.
+    /// A contender was granted a resource: a lock, a leadership, a read or write side, a
+    /// permit, or one path of a multi-lock (a multi-lock's grant is one record per path, all
+    /// stamped with one time).
     Granted {
         /// The contender.
         client: usize,
@@ -121,6 +131,25 @@ pub enum Event {
         token: u64,
         /// The sequence number of its queue node.
         sequence: i32,
+        /// The recipe it was granted by.
+        #[serde(default)]
+        recipe: Recipe,
+        /// The resource: the lock directory.
+        #[serde(default = "lock_path")]
+        path: String,
+        /// A read lock's grant (shared with other readers).
+        #[serde(default, skip_serializing_if = "is_false")]
+        read: bool,
+        /// The holder's queue node (what `delete-holder` deletes).
+        #[serde(default, skip_serializing_if = "String::is_empty")]
+        node: String,
+        /// A multi-lock's grant: every path the contender asked for, this one included.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        group: Vec<String>,
+        /// Whether the holder learns of a loss by looking at its lease's state every 10 ms
+        /// (as a holder that checks before each write), not by awaiting `lost()`.
+        #[serde(default, skip_serializing_if = "is_false")]
+        polls: bool,
     },
     /// A contender's acquire timed out (it queues again).
     AcquireTimeout {
@@ -142,7 +171,7 @@ pub enum Event {
         /// Why.
         error: String,
     },
-    /// The lease told its holder it is lost.
+    /// The lease told its holder it is lost (a multi-lock's holder: one record per path).
     Lost {
         /// The holder.
         client: usize,
@@ -150,6 +179,9 @@ pub enum Event {
         token: u64,
         /// The [`LossReason`](zkfence::LossReason), as printed.
         reason: String,
+        /// The resource.
+        #[serde(default = "lock_path")]
+        path: String,
     },
     /// The holder stops acting as holder and releases (recorded before the release is sent).
     Released {
@@ -157,6 +189,9 @@ pub enum Event {
         client: usize,
         /// The token of the grant.
         token: u64,
+        /// The resource.
+        #[serde(default = "lock_path")]
+        path: String,
     },
     /// The holder stops acting as holder and drops the lease (recorded before the drop).
     Dropped {
@@ -164,6 +199,9 @@ pub enum Event {
         client: usize,
         /// The token of the grant.
         token: u64,
+        /// The resource.
+        #[serde(default = "lock_path")]
+        path: String,
     },
     /// The register admitted a write (recorded by the register, in the order it decided).
     WriteAccepted {
@@ -173,6 +211,9 @@ pub enum Event {
         token: u64,
         /// The writer's sequence number of the write.
         seq: u64,
+        /// The resource written (each has a fence of its own).
+        #[serde(default = "lock_path")]
+        path: String,
     },
     /// The register's fence refused a write with an older token than one it had seen.
     WriteRefused {
@@ -184,6 +225,60 @@ pub enum Event {
         seq: u64,
         /// The newest token the register had seen.
         newest: u64,
+        /// The resource written.
+        #[serde(default = "lock_path")]
+        path: String,
+    },
+    /// The register served a reader's read ([`Recipe::Rwlock`]): its token was at least as
+    /// new as every writer's the register had seen.
+    ReadAccepted {
+        /// The reader.
+        client: usize,
+        /// The read lock's token.
+        token: u64,
+        /// The reader's sequence number of the read.
+        seq: u64,
+        /// The resource read.
+        path: String,
+    },
+    /// The register refused a read: a writer with a newer token had written.
+    ReadRefused {
+        /// The reader.
+        client: usize,
+        /// The read lock's token.
+        token: u64,
+        /// The reader's sequence number of the read.
+        seq: u64,
+        /// The newest writer's token the register had seen.
+        newest: u64,
+        /// The resource read.
+        path: String,
+    },
+    /// A fenced write into ZooKeeper ([`Lease::fenced_write`](zkfence::Lease::fenced_write):
+    /// one transaction that checks the writer's node exists) came back; recorded at the
+    /// answer, with the time it was sent.
+    ZkWrite {
+        /// The writer.
+        client: usize,
+        /// The token of the writer's grant.
+        token: u64,
+        /// The writer's sequence number of the write.
+        seq: u64,
+        /// The resource whose lease fenced it.
+        path: String,
+        /// When the write was sent (microseconds since the campaign started): the ensemble
+        /// committed it, if it did, between then and this record.
+        sent_us: u64,
+        /// Whether the ensemble committed it.
+        committed: bool,
+        /// Whether it was refused as late: the lease was lost, or the ensemble's check found
+        /// the writer's node gone (nothing was written).
+        #[serde(default, skip_serializing_if = "is_false")]
+        refused: bool,
+        /// The error, if it was not committed: the refusal, or another error (then whether
+        /// it committed is unknown).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
     },
     /// PostgreSQL's fence admitted a write and the transaction committed (recorded by the
     /// writer once the commit returned: the history's order of these is not PostgreSQL's,
@@ -196,6 +291,9 @@ pub enum Event {
         /// The writer's sequence number of the write (the register's write of the same step
         /// has the same).
         seq: u64,
+        /// The resource written.
+        #[serde(default = "lock_path")]
+        path: String,
     },
     /// PostgreSQL's fence refused a write: the row had stored a newer token.
     PgWriteRefused {
@@ -207,6 +305,9 @@ pub enum Event {
         seq: u64,
         /// The token the fence row held when it refused.
         newest: u64,
+        /// The resource written.
+        #[serde(default = "lock_path")]
+        path: String,
     },
     /// A write to PostgreSQL failed with an error, so the writer does not know whether it
     /// committed (PostgreSQL's log at the end does).
@@ -219,16 +320,24 @@ pub enum Event {
         seq: u64,
         /// The error.
         error: String,
+        /// The resource written.
+        #[serde(default = "lock_path")]
+        path: String,
     },
     /// What PostgreSQL held once every contender had stopped (recorded just before
     /// [`Event::Finished`]).
     PostgresFinal {
-        /// The fence row's token, if any write got that far.
+        /// The lock's fence row's token, if any write got that far (histories from before
+        /// there were several resources; see `tokens`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
         token: Option<u64>,
-        /// Every write PostgreSQL committed, as (client, token, seq), in PostgreSQL's own
-        /// order (its log's serial key: each accepted write is logged while it holds the
-        /// fence row's lock).
-        writes: Vec<(usize, u64, u64)>,
+        /// Each resource's fence row's token.
+        #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+        tokens: BTreeMap<String, u64>,
+        /// Every write PostgreSQL committed, as (client, token, seq, resource), in
+        /// PostgreSQL's own order (its log's serial key: each accepted write is logged while
+        /// it holds the fence row's lock).
+        writes: Vec<PgLogged>,
         /// Why the state could not be read, if it could not.
         error: Option<String>,
     },
@@ -267,6 +376,18 @@ pub enum Event {
         fault: usize,
         /// The server (index from 0).
         server: usize,
+    },
+    /// `delete-holder` deleted a holder's queue node (recorded once the ensemble answered
+    /// the delete; the fault's start was recorded before it was sent).
+    HolderNodeDeleted {
+        /// The fault.
+        fault: usize,
+        /// The holder.
+        client: usize,
+        /// The resource it held.
+        path: String,
+        /// The node deleted.
+        node: String,
     },
     /// A planned fault found no victim (no holder, no waiter, no leader at that moment).
     FaultSkipped {
@@ -319,11 +440,76 @@ impl Event {
             | Event::PgWriteAccepted { client, .. }
             | Event::PgWriteRefused { client, .. }
             | Event::PgWriteFailed { client, .. }
+            | Event::ReadAccepted { client, .. }
+            | Event::ReadRefused { client, .. }
+            | Event::ZkWrite { client, .. }
+            | Event::HolderNodeDeleted { client, .. }
             | Event::ContenderExited { client, .. } => Some(client),
             Event::FaultStarted { client, .. } => client,
             _ => None,
         }
     }
+}
+
+/// One write in PostgreSQL's log: (client, token, seq, resource); written as a JSON array
+/// of four, read also as the three of histories from before there were several resources
+/// (then the resource is the lock's).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(from = "PgLoggedJson", into = "PgLoggedJson")]
+pub struct PgLogged {
+    /// The writer.
+    pub client: usize,
+    /// The token the write carried.
+    pub token: u64,
+    /// The writer's sequence number of the write.
+    pub seq: u64,
+    /// The resource written.
+    pub path: String,
+}
+
+#[derive(Clone, Serialize, Deserialize)]
+#[serde(untagged)]
+enum PgLoggedJson {
+    Resource(usize, u64, u64, String),
+    Lock(usize, u64, u64),
+}
+
+impl From<PgLoggedJson> for PgLogged {
+    fn from(j: PgLoggedJson) -> PgLogged {
+        let (client, token, seq, path) = match j {
+            PgLoggedJson::Resource(c, t, s, p) => (c, t, s, p),
+            PgLoggedJson::Lock(c, t, s) => (c, t, s, lock_path()),
+        };
+        PgLogged {
+            client,
+            token,
+            seq,
+            path,
+        }
+    }
+}
+
+impl From<PgLogged> for PgLoggedJson {
+    fn from(w: PgLogged) -> PgLoggedJson {
+        PgLoggedJson::Resource(w.client, w.token, w.seq, w.path)
+    }
+}
+
+/// The resource of records from before there were several.
+fn lock_path() -> String {
+    LOCK_PATH.to_string()
+}
+
+fn lock_only() -> Vec<Recipe> {
+    vec![Recipe::Lock]
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 /// A record `ms` milliseconds after the start, for histories written by hand in tests.
@@ -384,14 +570,35 @@ mod tests {
                 client: 2,
                 token: 0x1_0000_0004,
                 sequence: 7,
+                recipe: Recipe::Rwlock,
+                path: "/zkfence-chaos/rwlock".into(),
+                read: true,
+                node: "/zkfence-chaos/rwlock/_c_u-__READ__0000000007".into(),
+                group: vec![],
+                polls: false,
             },
         };
         let line = serde_json::to_string(&r).unwrap();
         assert_eq!(
             line,
-            r#"{"t_us":1500000,"event":"granted","client":2,"token":4294967300,"sequence":7}"#
+            r#"{"t_us":1500000,"event":"granted","client":2,"token":4294967300,"sequence":7,"recipe":"rwlock","path":"/zkfence-chaos/rwlock","read":true,"node":"/zkfence-chaos/rwlock/_c_u-__READ__0000000007"}"#
         );
         assert_eq!(serde_json::from_str::<Record>(&line).unwrap(), r);
+        // A grant of a history from before there were several recipes: the lock's.
+        let old = r#"{"t_us":3,"event":"granted","client":2,"token":9,"sequence":7}"#;
+        match serde_json::from_str::<Record>(old).unwrap().event {
+            Event::Granted { recipe, path, .. } => {
+                assert_eq!((recipe, path.as_str()), (Recipe::Lock, LOCK_PATH));
+            }
+            other => panic!("not a grant: {other:?}"),
+        }
+        // PostgreSQL's log, written with the resource, read also without.
+        let old =
+            r#"{"t_us":3,"event":"postgres-final","token":12,"writes":[[0,10,0]],"error":null}"#;
+        match serde_json::from_str::<Record>(old).unwrap().event {
+            Event::PostgresFinal { writes, .. } => assert_eq!(writes[0].path, LOCK_PATH),
+            other => panic!("not the final state: {other:?}"),
+        }
         let fault = Record {
             t_us: 3,
             event: Event::FaultStarted {

@@ -37,23 +37,23 @@ mod config;
 mod contender;
 mod faults;
 mod history;
+mod recipe;
 mod register;
 mod report;
 mod sql;
 mod timeline;
 
 pub use campaign::run;
-pub use check::{check, holds, Hold, Rule, Violation};
+pub use check::{check, holder_told_bound, holds, Hold, Rule, Violation, TOLD_ROUND_TRIP};
 pub use config::ChaosConfig;
 pub use contender::contender_main;
 pub use faults::FaultKind;
-pub use history::{read_jsonl, write_jsonl, Event, Record};
+pub use history::{read_jsonl, write_jsonl, Event, PgLogged, Record};
+pub use recipe::Recipe;
 pub use report::{recheck, Report};
 pub use timeline::{draw, draw_window};
 
 /// The first argument that makes a program run [`contender_main`] (the `zkfence` CLI's
 /// hidden contender mode).
 pub const CONTENDER_MODE: &str = "__zkfence-chaos-contender";
-
-/// The lock every contender takes.
-const LOCK_PATH: &str = "/zkfence-chaos/lock";
+use recipe::LOCK_PATH;

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::check::{self, check, Violation};
-use super::{draw_window, read_jsonl, Event, FaultKind, Record};
+use super::{draw_window, read_jsonl, Event, FaultKind, Recipe, Record};
 
 /// What a campaign did and found.
 #[derive(Debug, Clone)]
@@ -29,6 +29,54 @@ impl Report {
     /// Grants in the history.
     pub fn grants(&self) -> usize {
         self.count(|e| matches!(e, Event::Granted { .. }))
+    }
+
+    /// Grants by recipe (a multi-lock's grant counts once per path).
+    pub fn grants_by_recipe(&self) -> BTreeMap<Recipe, usize> {
+        let mut by = BTreeMap::new();
+        for r in &self.history {
+            if let Event::Granted { recipe, .. } = r.event {
+                *by.entry(recipe).or_insert(0) += 1;
+            }
+        }
+        by
+    }
+
+    /// The recipes the campaign drove, as its first record says.
+    pub fn recipes(&self) -> Vec<Recipe> {
+        self.history
+            .iter()
+            .find_map(|r| match &r.event {
+                Event::Campaign { recipes, .. } => Some(recipes.clone()),
+                _ => None,
+            })
+            .unwrap_or_else(|| vec![Recipe::Lock])
+    }
+
+    /// Reads the register served (read locks' readers).
+    pub fn served_reads(&self) -> usize {
+        self.count(|e| matches!(e, Event::ReadAccepted { .. }))
+    }
+
+    /// Late reads the register refused.
+    pub fn refused_reads(&self) -> usize {
+        self.count(|e| matches!(e, Event::ReadRefused { .. }))
+    }
+
+    /// Fenced writes into ZooKeeper that it committed, and those refused (the lease was
+    /// lost, or the writer's node gone).
+    pub fn zk_writes(&self) -> (usize, usize) {
+        let committed = self.count(|e| {
+            matches!(
+                e,
+                Event::ZkWrite {
+                    committed: true,
+                    ..
+                }
+            )
+        });
+        let refused = self.count(|e| matches!(e, Event::ZkWrite { refused: true, .. }));
+        (committed, refused)
     }
 
     /// Writes the register accepted.
@@ -132,9 +180,29 @@ impl Report {
                 self.wiped_servers()
             ),
         };
+        // Only what the campaign did: a lock-only campaign's line stays as it was.
+        let by_recipe = if self.recipes() == [Recipe::Lock] {
+            String::new()
+        } else {
+            let by: Vec<String> = (self.grants_by_recipe().iter())
+                .map(|(r, n)| format!("{r} {n}"))
+                .collect();
+            format!(" ({})", by.join(", "))
+        };
+        let reads = match (self.served_reads(), self.refused_reads()) {
+            (0, 0) => String::new(),
+            (served, refused) => format!(", {served} reads served, {refused} late reads refused"),
+        };
+        let zk = match self.zk_writes() {
+            (0, 0) => String::new(),
+            (committed, refused) => format!(
+                ", ZooKeeper {committed} fenced writes committed, {refused} late writes refused"
+            ),
+        };
         format!(
-            "zkfence chaos: seed {}, {}s: {} grants, {} writes accepted, {} late writes \
-             refused{postgres}, {} faults ({}), {} skipped{restarts}, {} violations",
+            "zkfence chaos: seed {}, {}s: {} grants{by_recipe}, {} writes accepted, {} late \
+             writes refused{reads}{zk}{postgres}, {} faults ({}), {} skipped{restarts}, {} \
+             violations",
             self.seed,
             self.duration.as_secs(),
             self.grants(),

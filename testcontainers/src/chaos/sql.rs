@@ -5,15 +5,19 @@
 //! nothing can import): the fence row per resource raised by a conditional upsert
 //! (`WHERE fence.token <= EXCLUDED.token`), the protected row and the log of accepted
 //! writes, all in one transaction. A test below keeps the copy equal to the recipe's text.
-//! A campaign maps its writes onto the recipe's tables: the resource is the lock's path, the
-//! account is [`ACCOUNT`], `written_by` the client's number and `balance` the write's
-//! sequence number; the log, in `seq` order, is PostgreSQL's own order of the writes it
+//! A campaign maps its writes onto the recipe's tables: the resource and the account are both
+//! the resource's path (each a fence row and a row of its own), `written_by` the client's
+//! number and `balance` the write's sequence number; the log, in `seq` order, is PostgreSQL's own order of the writes it
 //! accepted (an accepted write inserts into it while holding the fence row's lock, so the
 //! next writer's check waits for its commit).
 
 use std::time::Duration;
 
+use std::collections::BTreeMap;
+
 use tokio_postgres::{Client, NoTls};
+
+use super::PgLogged;
 
 /// The recipe's tables (its `SCHEMA`).
 pub(crate) const SCHEMA: &str = "
@@ -56,9 +60,6 @@ pub(crate) const LOG: &str =
 /// The accepted writes in PostgreSQL's order (the recipe's final query).
 pub(crate) const WRITES: &str = "SELECT written_by, balance, fence_token FROM account_writes \
              WHERE account = $1 ORDER BY seq";
-
-/// The account every contender writes.
-pub(crate) const ACCOUNT: &str = "zkfence-chaos";
 
 /// What the fence said.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -121,38 +122,50 @@ pub(crate) async fn write_through_fence(
             newest: newest as u64,
         });
     }
-    tx.execute(WRITE, &[&ACCOUNT, &balance, &writer, &token])
+    tx.execute(WRITE, &[&resource, &balance, &writer, &token])
         .await?;
-    tx.execute(LOG, &[&ACCOUNT, &writer, &balance, &token])
+    tx.execute(LOG, &[&resource, &writer, &balance, &token])
         .await?;
     tx.commit().await?;
     Ok(Outcome::Written)
 }
 
-/// What PostgreSQL holds at the end: the fence row's token, and the accepted writes as
-/// (client, token, seq) in its order.
+/// What PostgreSQL holds at the end: each resource's fence row's token (if it has one), and
+/// the accepted writes of each resource in its order (one resource after another: each has
+/// its own fence row, so only each resource's order is PostgreSQL's to keep).
 pub(crate) async fn final_state(
     db: &Client,
-    resource: &str,
-) -> Result<(Option<u64>, Vec<(usize, u64, u64)>), String> {
-    let token = db
-        .query_opt(NEWEST, &[&resource])
-        .await
-        .map_err(|e| with_causes(&e))?
-        .map(|row| row.get::<_, i64>(0) as u64);
-    let rows = db
-        .query(WRITES, &[&ACCOUNT])
-        .await
-        .map_err(|e| with_causes(&e))?;
-    let mut writes = Vec::with_capacity(rows.len());
-    for row in rows {
-        let (by, seq, token): (String, i64, i64) = (row.get(0), row.get(1), row.get(2));
-        let client = by
-            .parse()
-            .map_err(|_| format!("a logged write by {by:?}, not a client's number"))?;
-        writes.push((client, token as u64, seq as u64));
+    resources: &[String],
+) -> Result<(BTreeMap<String, u64>, Vec<PgLogged>), String> {
+    let mut tokens = BTreeMap::new();
+    let mut writes = Vec::new();
+    for resource in resources {
+        let token = db
+            .query_opt(NEWEST, &[resource])
+            .await
+            .map_err(|e| with_causes(&e))?
+            .map(|row| row.get::<_, i64>(0) as u64);
+        if let Some(token) = token {
+            tokens.insert(resource.clone(), token);
+        }
+        let rows = db
+            .query(WRITES, &[resource])
+            .await
+            .map_err(|e| with_causes(&e))?;
+        for row in rows {
+            let (by, seq, token): (String, i64, i64) = (row.get(0), row.get(1), row.get(2));
+            let client = by
+                .parse()
+                .map_err(|_| format!("a logged write by {by:?}, not a client's number"))?;
+            writes.push(PgLogged {
+                client,
+                token: token as u64,
+                seq: seq as u64,
+                path: resource.clone(),
+            });
+        }
     }
-    Ok((token, writes))
+    Ok((tokens, writes))
 }
 
 #[cfg(test)]

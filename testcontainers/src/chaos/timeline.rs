@@ -1,6 +1,7 @@
 //! The picture of a campaign: an SVG timeline drawn with plotters. One lane per contender
-//! with its holds as bars (the part after its holder was blinded, by a stall or a forced
-//! expiry, in a paler blue), accepted writes as dots,
+//! with its holds as bars, colored by recipe (a read lock's narrower; the part after its
+//! holder was blinded, by a stall, a forced expiry or its node deleted, in a pale blue),
+//! accepted writes as dots,
 //! refused late writes as red crosses (and PostgreSQL's refusals, with `--postgres`, as purple
 //! triangles); faults as shaded bands (across every lane for a server
 //! fault, across its victim's lane for a client fault) and as bars in a lane of their own;
@@ -14,13 +15,13 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 
 use super::check::holds;
-use super::{Event, FaultKind, Record, Violation};
+use super::{Event, FaultKind, Recipe, Record, Violation};
 
 /// Above this many accepted writes the dots are left out (a long run's picture stays small).
 const MAX_WRITE_DOTS: usize = 2_000;
 
 /// One color per fault kind, in [`FaultKind::ALL`]'s order.
-const FAULT_COLORS: [RGBColor; 10] = [
+const FAULT_COLORS: [RGBColor; 12] = [
     RGBColor(214, 39, 40),
     RGBColor(255, 127, 14),
     RGBColor(148, 103, 189),
@@ -31,12 +32,26 @@ const FAULT_COLORS: [RGBColor; 10] = [
     RGBColor(127, 127, 127),
     RGBColor(44, 160, 44),
     RGBColor(31, 119, 180),
+    RGBColor(0, 0, 0),
+    RGBColor(255, 187, 120),
 ];
 
 /// Room under the chart for the legend's rows.
 const LEGEND_HEIGHT: u32 = 64;
 
 const HOLD: RGBColor = RGBColor(60, 110, 200);
+
+/// A hold's color by its recipe (the plain lock's is [`HOLD`]); a read lock's hold is drawn
+/// narrower, in its writer's color.
+fn hold_color(recipe: Recipe) -> RGBColor {
+    match recipe {
+        Recipe::Lock => HOLD,
+        Recipe::Election => RGBColor(120, 60, 170),
+        Recipe::Rwlock => RGBColor(0, 140, 140),
+        Recipe::Semaphore => RGBColor(190, 120, 20),
+        Recipe::Multi => RGBColor(40, 140, 60),
+    }
+}
 /// The rest of a hold once its holder was blinded: it believes it holds, but cannot know.
 const BLINDED: RGBColor = RGBColor(170, 195, 235);
 /// PostgreSQL's refusals (`--postgres`): purple triangles, apart from the register's crosses.
@@ -199,20 +214,22 @@ fn draw_on(
         )))?;
     }
     // Holds.
-    for hold in holds(h) {
+    let all_holds = holds(h);
+    for hold in &all_holds {
         let lane = hold.client as f64;
+        let half = if hold.read { 0.15 } else { 0.3 };
         let believed = s(hold.believed_end_us()).max(s(hold.start_us));
         if let Some((a, b)) = clip(s(hold.start_us), believed) {
             chart.draw_series(std::iter::once(Rectangle::new(
-                [(a, lane - 0.3), (b, lane + 0.3)],
-                HOLD.mix(0.8).filled(),
+                [(a, lane - half), (b, lane + half)],
+                hold_color(hold.recipe).mix(0.8).filled(),
             )))?;
         }
         if let Some((a, b)) =
             clip(believed, s(hold.end_us)).filter(|_| hold.end_us > hold.believed_end_us())
         {
             chart.draw_series(std::iter::once(Rectangle::new(
-                [(a, lane - 0.3), (b, lane + 0.3)],
+                [(a, lane - half), (b, lane + half)],
                 BLINDED.filled(),
             )))?;
         }
@@ -257,14 +274,22 @@ fn draw_on(
     }
 
     // The legend, one row under the chart.
-    let mut entries: Vec<(String, RGBColor)> = vec![
-        ("hold".into(), HOLD),
+    let mut recipes: Vec<Recipe> = all_holds.iter().map(|hold| hold.recipe).collect();
+    recipes.sort();
+    recipes.dedup();
+    let mut entries: Vec<(String, RGBColor)> = match recipes[..] {
+        [] | [Recipe::Lock] => vec![("hold".into(), HOLD)],
+        _ => (recipes.iter())
+            .map(|&r| (format!("{r} hold"), hold_color(r)))
+            .collect(),
+    };
+    entries.extend([
         (
-            "hold after its holder was blinded (stall, forced expiry)".into(),
+            "hold after its holder was blinded (stall, forced expiry, its node deleted)".into(),
             BLINDED,
         ),
         ("refused late write (x)".into(), RED),
-    ];
+    ]);
     if h.iter()
         .any(|r| matches!(r.event, Event::Campaign { postgres: true, .. }))
     {
@@ -331,7 +356,9 @@ fn fault_spans(h: &[Record]) -> Vec<(f64, f64, FaultKind, Option<usize>)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::chaos::check::fixtures::{accepted, granted, lost, refused, released};
     use crate::chaos::history::at;
+    use crate::chaos::{Recipe, LOCK_PATH};
 
     #[test]
     fn the_picture_has_a_lane_per_client_its_holds_faults_and_violations() {
@@ -348,16 +375,11 @@ mod tests {
                     faults: vec![FaultKind::StallHolder],
                     grant_bound_ms: 18_000,
                     postgres: false,
+                    recipes: vec![Recipe::Lock],
+                    permits: 0,
                 },
             ),
-            at(
-                100,
-                Event::Granted {
-                    client: 0,
-                    token: 7,
-                    sequence: 0,
-                },
-            ),
+            granted(100, 0, 7),
             at(
                 200,
                 Event::FaultStarted {
@@ -367,22 +389,8 @@ mod tests {
                     server: None,
                 },
             ),
-            at(
-                2_500,
-                Event::Granted {
-                    client: 1,
-                    token: 8,
-                    sequence: 1,
-                },
-            ),
-            at(
-                2_600,
-                Event::WriteAccepted {
-                    client: 1,
-                    token: 8,
-                    seq: 1,
-                },
-            ),
+            granted(2_500, 1, 8),
+            accepted(2_600, 1, 8),
             at(
                 3_000,
                 Event::FaultHealed {
@@ -390,30 +398,9 @@ mod tests {
                     kind: FaultKind::StallHolder,
                 },
             ),
-            at(
-                3_001,
-                Event::WriteRefused {
-                    client: 0,
-                    token: 7,
-                    seq: 2,
-                    newest: 8,
-                },
-            ),
-            at(
-                3_002,
-                Event::Lost {
-                    client: 0,
-                    token: 7,
-                    reason: "expired".into(),
-                },
-            ),
-            at(
-                3_500,
-                Event::Released {
-                    client: 1,
-                    token: 8,
-                },
-            ),
+            refused(3_001, 0, 7, 8),
+            lost(3_002, 0, 7, LOCK_PATH),
+            released(3_500, 1, 8),
         ];
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("t.svg");
@@ -473,6 +460,8 @@ mod tests {
                     faults: vec![],
                     grant_bound_ms: 18_000,
                     postgres,
+                    recipes: vec![Recipe::Lock],
+                    permits: 0,
                 },
             )
         };
@@ -483,6 +472,7 @@ mod tests {
                 token: 7,
                 seq: 2,
                 newest: 8,
+                path: LOCK_PATH.into(),
             },
         );
         let triangle = r##"fill="#8228AA""##;

@@ -7,6 +7,7 @@ use std::io;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::path::Path;
 use std::sync::Mutex;
+use std::time::Duration;
 
 use super::peers::PeerLinks;
 use super::ports::{random_loopback_ip, reserve_ports};
@@ -121,6 +122,53 @@ impl Ensemble {
         drop(secure_clients);
         drop(peers);
         Ok((nodes, links))
+    }
+}
+
+impl Ensemble {
+    /// Sets node `i`'s `maxSessionTimeout` (rounded down to whole milliseconds) for its next
+    /// [`start`](Self::start) or [`restart`](Self::restart): a rolling configuration change,
+    /// one node at a time, as an operator makes one. ZooKeeper negotiates a session's timeout
+    /// at every connect, so a session that reconnects to a node with a lower maximum gets
+    /// the lower timeout. The value must not be below the ensemble's minimum session timeout.
+    ///
+    /// ```no_run
+    /// # async fn example() -> Result<(), zkfence_testcontainers::HarnessError> {
+    /// use std::time::Duration;
+    /// let zk = zkfence_testcontainers::Ensemble::builder().nodes(3).start().await?;
+    /// for i in 0..zk.len() {
+    ///     zk.set_max_session_timeout(i, Duration::from_secs(2))?;
+    ///     zk.restart(i).await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Notable errors
+    /// [`HarnessError::InvalidConfig`] if `max` is below the minimum session timeout;
+    /// [`HarnessError::Io`] if the node's config cannot be rewritten.
+    pub fn set_max_session_timeout(&self, i: usize, max: Duration) -> Result<(), HarnessError> {
+        let max = max.as_millis() as u64;
+        if max < self.settings.min_session {
+            return Err(HarnessError::InvalidConfig(format!(
+                "maxSessionTimeout {max} ms is below the minimum session timeout ({} ms)",
+                self.settings.min_session
+            )));
+        }
+        let config = &self.nodes[i].config;
+        let text: String = fs::read_to_string(config)?
+            .lines()
+            .map(|line| match line.starts_with("maxSessionTimeout=") {
+                true => format!("maxSessionTimeout={max}\n"),
+                false => format!("{line}\n"),
+            })
+            .collect();
+        fs::write(config, text)?;
+        tracing::info!(
+            node = i,
+            max_ms = max,
+            "set a server's maxSessionTimeout for its next start"
+        );
+        Ok(())
     }
 }
 

@@ -9,8 +9,8 @@ use tokio::time::Instant;
 
 use super::super::faults::{FaultKind, Planned, Reservation, Rng};
 use super::super::history::Recorder;
-use super::super::{Event, LOCK_PATH};
-use super::Campaign;
+use super::super::{Event, Recipe};
+use super::{Campaign, HeldNode};
 use crate::Ensemble;
 
 impl Campaign {
@@ -80,6 +80,54 @@ impl Campaign {
                 }
                 healed();
                 drop(slot);
+            }
+            FaultKind::ShrinkTimeout => {
+                let mut slot = slot.expect("server faults reserve a slot");
+                let c = &self.config;
+                let shrunk = (c.session_timeout / 2).max(c.tick_time * 2);
+                started(None, None);
+                if !self.rolling_restart(shrunk, id, &mut slot).await {
+                    // A server that would not start keeps its slot (see the kill faults).
+                    std::mem::forget(slot);
+                    return;
+                }
+                tokio::time::sleep(p.lasts).await;
+                if !self
+                    .rolling_restart(self.max_session_timeout(), id, &mut slot)
+                    .await
+                {
+                    std::mem::forget(slot);
+                    return;
+                }
+                healed();
+                drop(slot);
+            }
+            FaultKind::DeleteHolder => {
+                let Some(client) = self.pick_client(p.kind, &mut rng).await else {
+                    return self.skip(id, p.kind, "no contender fits (no holder)");
+                };
+                let held = self.holding.lock().unwrap()[client].clone();
+                let Some(victim) = held.get(rng.below(held.len().max(1) as u64) as usize) else {
+                    self.busy_clients.lock().unwrap().remove(&client);
+                    return self.skip(id, p.kind, "the holder let go meanwhile");
+                };
+                started(Some(client), None);
+                match self.delete_node(&victim.node).await {
+                    Ok(()) => {
+                        tracing::info!(client, node = %victim.node, "chaos: deleted a holder's node");
+                        self.recorder.record(Event::HolderNodeDeleted {
+                            fault: id,
+                            client,
+                            path: victim.path.clone(),
+                            node: victim.node.clone(),
+                        });
+                    }
+                    Err(e) => {
+                        tracing::info!(client, node = %victim.node, %e, "chaos: a holder's node was not deleted")
+                    }
+                }
+                healed();
+                self.busy_clients.lock().unwrap().remove(&client);
             }
             FaultKind::DeleteWaiter => {
                 // Recorded first, like every fault: the deletion may be seen at once.
@@ -170,16 +218,18 @@ impl Campaign {
         Some(chosen)
     }
 
-    /// A contender for `kind`, marked busy: the holder (always for a stall, half of the time
-    /// otherwise) or any other. Waits up to a session timeout for a holder to stall.
+    /// A contender for `kind`, marked busy: a holder (always for a stall or a holder's
+    /// delete, half of the time otherwise) or any other. Waits up to a session timeout for a
+    /// holder for those that need one.
     async fn pick_client(&self, kind: FaultKind, rng: &mut Rng) -> Option<usize> {
         let deadline = Instant::now() + self.config.session_timeout;
-        let want_holder = kind == FaultKind::StallHolder || rng.percent(50);
+        let needs_holder = matches!(kind, FaultKind::StallHolder | FaultKind::DeleteHolder);
+        let want_holder = needs_holder || rng.percent(50);
         loop {
             if let Some(c) = self.try_pick_client(want_holder, rng) {
                 return Some(c);
             }
-            if kind != FaultKind::StallHolder {
+            if !needs_holder {
                 // No free holder: anyone else will do.
                 return self.try_pick_client(false, rng);
             }
@@ -196,7 +246,7 @@ impl Campaign {
             .lock()
             .unwrap()
             .iter()
-            .map(Option::is_some)
+            .map(|held: &Vec<HeldNode>| !held.is_empty())
             .collect();
         let alive: Vec<bool> = self
             .slots
@@ -214,32 +264,109 @@ impl Campaign {
         Some(chosen)
     }
 
-    /// Deletes one waiter's node (never the holder's: the holder would learn of it only
-    /// after the next waiter was granted, which no lock can prevent). Returns its path.
+    /// Deletes one waiter's node, in a queue of one of the recipes (never a holder's: see
+    /// [`waiters`]). Returns its path.
     async fn delete_a_waiter(&self, rng: &mut Rng) -> Option<String> {
         let client = self.admin.client();
         let step = self.config.session_timeout;
-        let mut children = tokio::time::timeout(step, client.list_children(LOCK_PATH))
-            .await
-            .ok()?
-            .ok()?;
-        children.sort_by_key(|name| sequence_of(name));
-        if children.len() < 2 {
-            return None;
+        let mut queues: Vec<String> = self
+            .config
+            .recipes
+            .iter()
+            .flat_map(|r| r.queues())
+            .collect();
+        // Every queue in a random order, the first with a waiter gives the victim.
+        for i in (1..queues.len()).rev() {
+            queues.swap(i, rng.below(i as u64 + 1) as usize);
         }
-        let victim = &children[1 + rng.below(children.len() as u64 - 1) as usize];
-        let path = format!("{LOCK_PATH}/{victim}");
-        // Only while the holder's node still exists: else the victim may hold the lock by now.
-        let mut multi = client.new_multi_writer();
-        multi
-            .add_check_version(&format!("{LOCK_PATH}/{}", children[0]), -1)
-            .ok()?;
-        multi.add_delete(&path, None).ok()?;
-        tokio::time::timeout(step, multi.commit())
-            .await
-            .ok()?
-            .ok()?;
-        Some(path)
+        for queue in queues {
+            let Ok(Ok(mut children)) =
+                tokio::time::timeout(step, client.list_children(&queue)).await
+            else {
+                continue;
+            };
+            children.sort_by_key(|name| sequence_of(name));
+            let candidates = waiters(&queue, &children, self.config.permits);
+            let Some((victim, guards)) = candidates
+                .get(rng.below(candidates.len().max(1) as u64) as usize)
+                .cloned()
+            else {
+                continue;
+            };
+            let path = format!("{queue}/{}", children[victim]);
+            // Only while the nodes that keep it waiting exist: else it may hold by now.
+            let mut multi = client.new_multi_writer();
+            for g in guards {
+                multi
+                    .add_check_version(&format!("{queue}/{}", children[g]), -1)
+                    .ok()?;
+            }
+            multi.add_delete(&path, None).ok()?;
+            return match tokio::time::timeout(step, multi.commit()).await {
+                Ok(Ok(_)) => Some(path),
+                _ => None,
+            };
+        }
+        None
+    }
+
+    /// Deletes `node` (a holder's), as an operator would: `Ok` once the ensemble answered.
+    async fn delete_node(&self, node: &str) -> Result<(), String> {
+        let step = self.config.session_timeout;
+        match tokio::time::timeout(step, self.admin.client().delete(node, None)).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(_) => Err(format!("no answer within {step:?}")),
+        }
+    }
+
+    /// The servers' `maxSessionTimeout` as the campaign started them.
+    pub(super) fn max_session_timeout(&self) -> Duration {
+        let c = &self.config;
+        c.session_timeout.max(c.tick_time * 20)
+    }
+
+    /// Restarts every server, one at a time, with `max` as its `maxSessionTimeout` (each
+    /// claimed in `slot` while it is down, so that no other fault hurts it meanwhile; a
+    /// server another fault hurts is waited for, up to a session timeout, then left as it
+    /// is). Returns whether every restarted server serves again.
+    async fn rolling_restart(
+        &self,
+        max: Duration,
+        fault: usize,
+        slot: &mut Reservation<'_>,
+    ) -> bool {
+        for server in 0..self.config.nodes {
+            let deadline = Instant::now() + self.config.session_timeout;
+            while slot.claim_next(server).is_none() {
+                if Instant::now() > deadline {
+                    tracing::info!(
+                        server,
+                        "chaos: a server stays as it is (another fault hurts it)"
+                    );
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            if slot.server() != Some(server) {
+                continue;
+            }
+            if let Err(e) = self.zk.set_max_session_timeout(server, max) {
+                tracing::error!(server, %e, "chaos: cannot set maxSessionTimeout");
+                continue;
+            }
+            tracing::info!(
+                server,
+                ?max,
+                "chaos: restarting a server with a new maxSessionTimeout"
+            );
+            let zk = self.zk.clone();
+            let _ = tokio::task::spawn_blocking(move || zk.stop(server)).await;
+            if !restart_or_recover(&self.zk, server, fault, &self.recorder).await {
+                return false;
+            }
+        }
+        true
     }
 
     fn signal(&self, client: usize, sig: i32) {
@@ -321,6 +448,35 @@ async fn restart_or_recover(
             false
         }
     }
+}
+
+/// The nodes of `queue` (sorted by sequence) that wait, each with the nodes whose existence
+/// keeps it waiting: in a semaphore's permits, every node after the first `permits` (kept
+/// waiting by those); in a read/write lock, a writer after the first node (kept waiting by
+/// it) and a reader after a writer (kept waiting by that writer); in any other queue, every
+/// node after the first.
+fn waiters(queue: &str, children: &[String], permits: usize) -> Vec<(usize, Vec<usize>)> {
+    if queue.ends_with("/leases") {
+        return (permits..children.len())
+            .map(|i| (i, (0..permits).collect()))
+            .collect();
+    }
+    if queue == Recipe::Rwlock.path() {
+        let first_writer = children.iter().position(|c| !is_reader(c));
+        return (1..children.len())
+            .filter_map(|i| match (is_reader(&children[i]), first_writer) {
+                (false, _) => Some((i, vec![0])),
+                (true, Some(w)) if w < i => Some((i, vec![w])),
+                (true, _) => None,
+            })
+            .collect();
+    }
+    (1..children.len()).map(|i| (i, vec![0])).collect()
+}
+
+/// Whether a read/write lock's node is a reader's (Curator's name, which zkfence writes).
+fn is_reader(name: &str) -> bool {
+    name.contains("__READ__")
 }
 
 fn pick(from: &[usize], rng: &mut Rng) -> Option<usize> {

@@ -13,13 +13,15 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, ChildStdin, Command};
 use tokio::sync::watch;
 use tokio::time::Instant;
+use zkfence::zookeeper_client::{self as zk, Acls, CreateMode};
 use zkfence::{Session, SessionOptions};
 
 use super::contender::ContenderConfig;
 use super::faults::{self, FaultKind, ServerBudget};
 use super::history::Recorder;
+use super::recipe::data_node;
 use super::register::RegisterServer;
-use super::{check, draw, sql, write_jsonl, ChaosConfig, Event, Record, Report, LOCK_PATH};
+use super::{check, draw, sql, write_jsonl, ChaosConfig, Event, Record, Report};
 use crate::{Ensemble, FaultProxy, HarnessError, Postgres};
 
 /// One contender's process, as the campaign drives it.
@@ -41,8 +43,8 @@ struct Campaign {
     postgres: Option<(Postgres, tokio_postgres::Client)>,
     recorder: Recorder,
     slots: Mutex<Vec<Option<Slot>>>,
-    /// The token each contender holds now, as its events say.
-    holding: Arc<Mutex<Vec<Option<u64>>>>,
+    /// What each contender holds now, as its events say.
+    holding: Arc<Mutex<Vec<Vec<HeldNode>>>>,
     busy_clients: Mutex<HashSet<usize>>,
     /// The servers hurt now: a minority at most, so that a quorum remains.
     servers: ServerBudget,
@@ -87,6 +89,8 @@ pub async fn run(config: ChaosConfig) -> Result<Report, HarnessError> {
         faults: config.faults.clone(),
         grant_bound_ms: config.grant_bound().as_millis() as u64,
         postgres: config.postgres,
+        recipes: config.recipes.clone(),
+        permits: config.permits,
     });
     let mut proxies = Vec::with_capacity(config.clients);
     for _ in 0..config.clients {
@@ -98,6 +102,7 @@ pub async fn run(config: ChaosConfig) -> Result<Report, HarnessError> {
     )
     .await
     .map_err(|e| HarnessError::InvalidConfig(format!("cannot connect to the ensemble: {e}")))?;
+    make_data_nodes(&admin, &config).await?;
     let register = RegisterServer::start(recorder.clone()).await?;
     let campaign = Arc::new(Campaign {
         postgres,
@@ -107,7 +112,7 @@ pub async fn run(config: ChaosConfig) -> Result<Report, HarnessError> {
         register,
         recorder: recorder.clone(),
         slots: Mutex::new((0..config.clients).map(|_| None).collect()),
-        holding: Arc::new(Mutex::new(vec![None; config.clients])),
+        holding: Arc::new(Mutex::new(vec![Vec::new(); config.clients])),
         busy_clients: Mutex::new(HashSet::new()),
         servers: ServerBudget::new((config.nodes - 1) / 2),
         config,
@@ -149,7 +154,8 @@ impl Campaign {
             client,
             connect: self.proxies[client].connect_string(),
             direct: self.zk.connect_string(),
-            lock_path: LOCK_PATH.into(),
+            recipes: c.recipes.clone(),
+            permits: c.permits,
             register: self.register.addr(),
             session_timeout_ms: c.session_timeout.as_millis() as u64,
             seed: c.seed,
@@ -192,7 +198,7 @@ impl Campaign {
                 Ok(s) => s.to_string(),
                 Err(e) => format!("unknown: {e}"),
             };
-            holding.lock().unwrap()[client] = None;
+            holding.lock().unwrap()[client].clear();
             recorder.record(Event::ContenderExited { client, status });
             let _ = exited_tx.send(true);
         });
@@ -225,7 +231,7 @@ impl Campaign {
         }
     }
 
-    /// The nodes left under the lock's path, polled until there are none or a deadline
+    /// The nodes left under the recipes' paths, polled until there are none or a deadline
     /// (two session timeouts and 5 s: a killed contender's session has to expire first);
     /// or, if no listing could be made by then, why not (never counted as nodes left).
     ///
@@ -238,18 +244,18 @@ impl Campaign {
         let deadline = Instant::now() + t * 2 + Duration::from_secs(5);
         let mut fresh: Option<Session> = None;
         let mut failures = 0;
+        let queues: Vec<String> = self
+            .config
+            .recipes
+            .iter()
+            .flat_map(|r| r.queues())
+            .collect();
         let result = loop {
             let session = fresh.as_ref().unwrap_or(&self.admin);
-            let why = match tokio::time::timeout(t, session.client().list_children(LOCK_PATH)).await
-            {
-                Ok(Ok(left)) if left.is_empty() || Instant::now() > deadline => {
-                    let left = left.into_iter().map(|c| format!("{LOCK_PATH}/{c}"));
-                    break (left.collect(), None);
-                }
-                Ok(Ok(_)) => None,
-                Ok(Err(zkfence::zookeeper_client::Error::NoNode)) => break (Vec::new(), None),
-                Ok(Err(e)) => Some(format!("cannot list {LOCK_PATH}: {e}")),
-                Err(_) => Some(format!("listing {LOCK_PATH} took over {t:?}")),
+            let why = match list_queues(session, &queues, t).await {
+                Ok(left) if left.is_empty() || Instant::now() > deadline => break (left, None),
+                Ok(_) => None,
+                Err(why) => Some(why),
             };
             if let Some(why) = why {
                 failures += 1;
@@ -316,12 +322,17 @@ impl Campaign {
             .filter_map(|i| self.zk.pid(i))
             .collect();
         if let Some((pg, db)) = self.postgres {
-            let (token, writes, error) = match sql::final_state(&db, LOCK_PATH).await {
-                Ok((token, writes)) => (token, writes, None),
-                Err(e) => (None, Vec::new(), Some(e)),
+            let resources: Vec<String> = (self.config.recipes.iter())
+                .filter(|r| r.fences_by_token())
+                .flat_map(|r| r.resources())
+                .collect();
+            let (tokens, writes, error) = match sql::final_state(&db, &resources).await {
+                Ok((tokens, writes)) => (tokens, writes, None),
+                Err(e) => (Default::default(), Vec::new(), Some(e)),
             };
             self.recorder.record(Event::PostgresFinal {
-                token,
+                token: None,
+                tokens,
                 writes,
                 error,
             });
@@ -379,16 +390,76 @@ async fn start_postgres() -> Result<(Postgres, tokio_postgres::Client), HarnessE
     Ok((pg, db))
 }
 
+/// The nodes under `queues` (a queue that does not exist has none), or why they could not
+/// be listed within `t` each.
+async fn list_queues(
+    session: &Session,
+    queues: &[String],
+    t: Duration,
+) -> Result<Vec<String>, String> {
+    let mut left = Vec::new();
+    for queue in queues {
+        match tokio::time::timeout(t, session.client().list_children(queue)).await {
+            Ok(Ok(children)) => left.extend(children.into_iter().map(|c| format!("{queue}/{c}"))),
+            Ok(Err(zk::Error::NoNode)) => {}
+            Ok(Err(e)) => return Err(format!("cannot list {queue}: {e}")),
+            Err(_) => return Err(format!("listing {queue} took over {t:?}")),
+        }
+    }
+    Ok(left)
+}
+
+/// One resource a contender holds, as its events say.
+#[derive(Debug, Clone)]
+pub(super) struct HeldNode {
+    pub(super) path: String,
+    pub(super) node: String,
+}
+
 /// Keeps `holding` in step with a contender's events.
-fn note_holding(holding: &Mutex<Vec<Option<u64>>>, event: &Event) {
+fn note_holding(holding: &Mutex<Vec<Vec<HeldNode>>>, event: &Event) {
     let mut holding = holding.lock().unwrap();
-    match *event {
-        Event::Granted { client, token, .. } => holding[client] = Some(token),
-        Event::Lost { client, .. }
-        | Event::Released { client, .. }
-        | Event::Dropped { client, .. } => holding[client] = None,
+    match event {
+        Event::Granted {
+            client, path, node, ..
+        } => {
+            holding[*client].retain(|h| h.path != *path);
+            holding[*client].push(HeldNode {
+                path: path.clone(),
+                node: node.clone(),
+            });
+        }
+        Event::Lost { client, path, .. }
+        | Event::Released { client, path, .. }
+        | Event::Dropped { client, path, .. } => holding[*client].retain(|h| h.path != *path),
         _ => {}
     }
+}
+
+/// Makes each resource's data node, where its holders' fenced writes into ZooKeeper go
+/// (with its missing parents; persistent, so that they are there for every write).
+async fn make_data_nodes(admin: &Session, config: &ChaosConfig) -> Result<(), HarnessError> {
+    let failed =
+        |e: String| HarnessError::InvalidConfig(format!("cannot make the data nodes: {e}"));
+    let acl = CreateMode::Persistent.with_acls(Acls::anyone_all());
+    let client = admin.client();
+    for recipe in &config.recipes {
+        for resource in recipe.resources() {
+            let node = data_node(&resource);
+            let mut path = String::new();
+            for part in node.split('/').skip(1) {
+                path.push('/');
+                path.push_str(part);
+                let create = client.create(&path, b"", &acl);
+                match tokio::time::timeout(config.session_timeout * 2, create).await {
+                    Ok(Ok(_)) | Ok(Err(zk::Error::NodeExists)) => {}
+                    Ok(Err(e)) => return Err(failed(format!("{path}: {e}"))),
+                    Err(_) => return Err(failed(format!("{path}: no answer"))),
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Whether process `pid` exists (and is not a zombie we could reap: the ensemble reaps its

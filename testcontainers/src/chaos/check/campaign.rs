@@ -117,7 +117,7 @@ pub(super) fn check_end(h: &[Record], found: &mut Findings<'_>) {
 }
 
 /// The time within `from..to` covered by none of `spans`.
-fn quiet_time(from: u64, to: u64, spans: &[(u64, u64)]) -> u64 {
+pub(super) fn quiet_time(from: u64, to: u64, spans: &[(u64, u64)]) -> u64 {
     let mut clipped: Vec<(u64, u64)> = spans
         .iter()
         .map(|&(s, e)| (s.max(from), e.min(to)))
@@ -136,11 +136,29 @@ fn quiet_time(from: u64, to: u64, spans: &[(u64, u64)]) -> u64 {
     (to.saturating_sub(from)).saturating_sub(busy)
 }
 
+/// The first instant by which `need` of time covered by none of `spans` has passed since
+/// `from`.
+pub(super) fn quiet_deadline(from: u64, need: u64, spans: &[(u64, u64)]) -> u64 {
+    let mut sorted: Vec<(u64, u64)> = spans.iter().copied().filter(|s| s.1 > from).collect();
+    sorted.sort_unstable();
+    let (mut t, mut remaining) = (from, need);
+    for (s, e) in sorted {
+        if s > t {
+            if s - t >= remaining {
+                return t + remaining;
+            }
+            remaining -= s - t;
+        }
+        t = t.max(e);
+    }
+    t + remaining
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::fixtures::*;
     use super::super::{check, Rule};
-    use super::quiet_time;
+    use super::{quiet_deadline, quiet_time};
     use crate::chaos::history::at;
     use crate::chaos::{Event, FaultKind};
 
@@ -202,6 +220,21 @@ mod tests {
         assert!(shown.contains("could not check for nodes left"), "{shown}");
         assert!(shown.contains("session expired"), "{shown}");
         assert!(!shown.contains("nodes left under"), "{shown}");
+    }
+
+    #[test]
+    fn quiet_deadline_skips_the_union_of_faults() {
+        assert_eq!(quiet_deadline(0, 100, &[]), 100);
+        assert_eq!(
+            quiet_deadline(0, 100, &[(10, 30), (20, 40), (90, 200)]),
+            240
+        );
+        assert_eq!(quiet_deadline(50, 10, &[(0, 100)]), 110);
+        for to in [0, 60, 250] {
+            let spans = [(10, 30), (20, 40), (90, 200)];
+            let d = quiet_deadline(0, to, &spans);
+            assert_eq!(quiet_time(0, d, &spans), to);
+        }
     }
 
     #[test]

@@ -1,26 +1,40 @@
-//! The intervals the rules are about: a contender's holds, from its grant to its own end
-//! of them, and the faults that blind a holder (see the module docs of `check`).
+//! The intervals the rules are about: a contender's holds of each resource, from its grant
+//! to its own end of them, the faults that blind a holder (see the module docs of `check`),
+//! and what every recipe's rules ask of them: the holds a grant met, and the grants' tokens
+//! in grant order.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
-use super::super::{Event, FaultKind, Record};
+use super::super::{Event, FaultKind, Recipe, Record};
 use super::ordered;
 
-/// A contender's hold of the lock, as the checker sees it.
+/// A contender's hold of one resource (a lock directory), as the checker sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Hold {
     /// The holder.
     pub client: usize,
     /// The grant's token.
     pub token: u64,
+    /// The recipe that granted it.
+    pub recipe: Recipe,
+    /// The resource: the lock directory.
+    pub path: String,
+    /// A read lock's hold (shared with other readers).
+    pub read: bool,
+    /// The holder's queue node, if the history names it.
+    pub node: String,
+    /// A multi-lock's hold: every path its grant asked for.
+    pub group: Vec<String>,
     /// When it was granted.
     pub start_us: u64,
     /// When it ended (its `lost`, `released` or `dropped`, its process's death, or the end of
     /// the history).
     pub end_us: u64,
-    /// When the holder was blinded while holding, if it was: its process stalled, or its
-    /// session expired from outside.
+    /// When the holder was blinded while holding, if it was: its process stalled, its
+    /// session expired from outside, or an operator deleted its node (`delete-holder`).
     pub blind_us: Option<u64>,
+    /// When an operator's delete of its node was answered (`delete-holder`), if one was.
+    pub deleted_us: Option<u64>,
     /// How it ended: the event's name, or the loss reason.
     pub ended_by: String,
     /// Index of the `granted` record in the (time-ordered) history.
@@ -29,10 +43,14 @@ pub struct Hold {
 }
 
 impl Hold {
-    /// The end that counts for the overlap rule: a blinded holder's hold ends when the fault
-    /// that blinded it began.
+    /// The end that counts for the overlap rules: a blinded holder's hold ends when the
+    /// fault that blinded it began.
     pub fn believed_end_us(&self) -> u64 {
         self.blind_us.map_or(self.end_us, |s| s.min(self.end_us))
+    }
+
+    fn blind_from(&mut self, t_us: u64) {
+        self.blind_us = Some(self.blind_us.map_or(t_us, |b| b.min(t_us)));
     }
 }
 
@@ -41,34 +59,57 @@ pub fn holds(history: &[Record]) -> Vec<Hold> {
     holds_of(&ordered(history))
 }
 
+/// The open holds, by holder and resource.
+type Open = HashMap<(usize, String), Hold>;
+
 pub(super) fn holds_of(h: &[Record]) -> Vec<Hold> {
-    let mut open: HashMap<usize, Hold> = HashMap::new();
+    let mut open: Open = HashMap::new();
     let mut done = Vec::new();
     let mut close =
-        |open: &mut HashMap<usize, Hold>, client, i: usize, by: &str, token: Option<u64>| {
+        |open: &mut Open, key: (usize, String), i: usize, by: &str, token: Option<u64>| {
             let matches = open
-                .get(&client)
+                .get(&key)
                 .is_some_and(|o| token.map_or(true, |t| o.token == t));
             if matches {
-                let mut hold = open.remove(&client).expect("checked");
+                let mut hold = open.remove(&key).expect("checked");
                 hold.end_us = h[i].t_us;
                 hold.end_index = i;
                 hold.ended_by = by.to_string();
                 done.push(hold);
             }
         };
+    let of_client = |open: &Open, client: usize| -> Vec<(usize, String)> {
+        open.keys().filter(|k| k.0 == client).cloned().collect()
+    };
+    let mut fault_starts: HashMap<usize, u64> = HashMap::new();
     for (i, r) in h.iter().enumerate() {
         match &r.event {
-            &Event::Granted { client, token, .. } => {
-                close(&mut open, client, i, "a new grant", None);
+            Event::Granted {
+                client,
+                token,
+                recipe,
+                path,
+                read,
+                node,
+                group,
+                ..
+            } => {
+                let key = (*client, path.clone());
+                close(&mut open, key.clone(), i, "a new grant", None);
                 open.insert(
-                    client,
+                    key,
                     Hold {
-                        client,
-                        token,
+                        client: *client,
+                        token: *token,
+                        recipe: *recipe,
+                        path: path.clone(),
+                        read: *read,
+                        node: node.clone(),
+                        group: group.clone(),
                         start_us: r.t_us,
                         end_us: r.t_us,
                         blind_us: None,
+                        deleted_us: None,
                         ended_by: String::new(),
                         start_index: i,
                         end_index: i,
@@ -79,34 +120,73 @@ pub(super) fn holds_of(h: &[Record]) -> Vec<Hold> {
                 client,
                 token,
                 reason,
+                path,
             } => close(
                 &mut open,
-                *client,
+                (*client, path.clone()),
                 i,
                 &format!("lost: {reason}"),
                 Some(*token),
             ),
-            &Event::Released { client, token } => {
-                close(&mut open, client, i, "released", Some(token))
-            }
-            &Event::Dropped { client, token } => {
-                close(&mut open, client, i, "dropped", Some(token))
-            }
+            Event::Released {
+                client,
+                token,
+                path,
+            } => close(
+                &mut open,
+                (*client, path.clone()),
+                i,
+                "released",
+                Some(*token),
+            ),
+            Event::Dropped {
+                client,
+                token,
+                path,
+            } => close(
+                &mut open,
+                (*client, path.clone()),
+                i,
+                "dropped",
+                Some(*token),
+            ),
             &Event::ContenderExited { client, .. } => {
-                close(&mut open, client, i, "process exited", None)
+                for key in of_client(&open, client) {
+                    close(&mut open, key, i, "process exited", None);
+                }
             }
             &Event::FaultStarted {
-                kind: FaultKind::KillClient,
-                client: Some(client),
-                ..
-            } => close(&mut open, client, i, "process killed", None),
-            &Event::FaultStarted {
-                kind: FaultKind::StallHolder,
-                client: Some(client),
+                fault,
+                kind,
+                client,
                 ..
             } => {
-                if let Some(hold) = open.get_mut(&client) {
-                    hold.blind_us.get_or_insert(r.t_us);
+                fault_starts.insert(fault, r.t_us);
+                match (kind, client) {
+                    (FaultKind::KillClient, Some(client)) => {
+                        for key in of_client(&open, client) {
+                            close(&mut open, key, i, "process killed", None);
+                        }
+                    }
+                    (FaultKind::StallHolder, Some(client)) => {
+                        for key in of_client(&open, client) {
+                            open.get_mut(&key).expect("listed").blind_from(r.t_us);
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            Event::HolderNodeDeleted {
+                fault,
+                client,
+                path,
+                ..
+            } => {
+                // The next waiter may be granted from the moment the delete was sent: the
+                // hold counts for the overlap rules until then, and `told` judges the rest.
+                if let Some(hold) = open.get_mut(&(*client, path.clone())) {
+                    hold.blind_from(fault_starts.get(fault).copied().unwrap_or(r.t_us));
+                    hold.deleted_us = Some(r.t_us);
                 }
             }
             _ => {}
@@ -123,8 +203,7 @@ pub(super) fn holds_of(h: &[Record]) -> Vec<Hold> {
     for (client, from, to) in expiry_windows(h) {
         for hold in done.iter_mut().filter(|hold| hold.client == client) {
             if hold.start_us <= to && hold.end_us >= from {
-                let blind = hold.start_us.max(from);
-                hold.blind_us = Some(hold.blind_us.map_or(blind, |b| b.min(blind)));
+                hold.blind_from(hold.start_us.max(from));
             }
         }
     }
@@ -166,4 +245,63 @@ fn expiry_windows(h: &[Record]) -> Vec<(usize, u64, u64)> {
             _ => None,
         })
         .collect()
+}
+
+/// The holds of one recipe, by resource, each resource's in grant order.
+pub(super) fn by_resource(holds: &[Hold], recipe: Recipe) -> BTreeMap<&str, Vec<&Hold>> {
+    let mut by: BTreeMap<&str, Vec<&Hold>> = BTreeMap::new();
+    for hold in holds.iter().filter(|h| h.recipe == recipe) {
+        by.entry(hold.path.as_str()).or_default().push(hold);
+    }
+    by
+}
+
+/// For each hold of one resource (given in grant order), the other contenders' holds its
+/// grant met: granted before it and still believed held (see [`Hold::believed_end_us`]) at
+/// its grant. What the holder was told decides each rule; this is the one place that says
+/// what "at the same time" means.
+pub(super) fn met_at_grant<'a>(holds: &[&'a Hold]) -> Vec<(&'a Hold, Vec<&'a Hold>)> {
+    let mut out = Vec::with_capacity(holds.len());
+    for (n, &hold) in holds.iter().enumerate() {
+        let met: Vec<&Hold> = holds[..n]
+            .iter()
+            .copied()
+            .filter(|prev| prev.client != hold.client && hold.start_us < prev.believed_end_us())
+            .collect();
+        out.push((hold, met));
+    }
+    out
+}
+
+/// The other contenders' holds of one resource that were granted before `from_us` and still
+/// believed held at `to_us`: those that held it throughout `from_us..=to_us`.
+pub(super) fn held_throughout<'a>(
+    holds: &[&'a Hold],
+    except: &Hold,
+    from_us: u64,
+    to_us: u64,
+) -> Vec<&'a Hold> {
+    holds
+        .iter()
+        .copied()
+        .filter(|o| {
+            o.client != except.client && o.start_us < from_us && o.believed_end_us() > to_us
+        })
+        .collect()
+}
+
+/// The message for a grant that met an earlier hold it should not have.
+pub(super) fn met_message(what: &str, hold: &Hold, prev: &Hold) -> String {
+    format!(
+        "client {} was granted {what}token {} at {:.3}s while client {} still held \
+         token {} (granted {:.3}s, until {:.3}s: {})",
+        hold.client,
+        hold.token,
+        hold.start_us as f64 / 1e6,
+        prev.client,
+        prev.token,
+        prev.start_us as f64 / 1e6,
+        prev.believed_end_us() as f64 / 1e6,
+        prev.ended_by
+    )
 }

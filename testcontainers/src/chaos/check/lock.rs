@@ -1,67 +1,51 @@
-//! The lock's rules over its holds: no two holds overlap (the old holder's end, its `Lost`
-//! or release, comes before the next grant), and each grant's token is larger than the one
-//! before.
+//! The plain lock's rules, over each of its resources' holds: at most one holder at a time
+//! (the old holder's end, its `Lost` or release, comes before the next grant: the holder
+//! knows first), and each grant's token larger than the one before. The election and each
+//! path of a multi-lock keep the same two rules ([`exclusive`]), under names of their own.
 
-use super::super::{Event, Record};
+use super::super::Recipe;
+use super::holds::{by_resource, met_at_grant, met_message};
 use super::{Findings, Hold, Rule};
 
-/// Rules 1 and 2 (see the module docs of `check`).
-pub(super) fn check(h: &[Record], holds: &[Hold], found: &mut Findings<'_>) {
-    no_overlap(holds, found);
-    tokens_grow(h, found);
-}
-
-/// No two holds overlap: sweeps the holds in grant order against the one that reaches
-/// furthest.
-fn no_overlap(holds: &[Hold], found: &mut Findings<'_>) {
-    let mut furthest: Option<&Hold> = None;
-    for hold in holds {
-        if let Some(prev) = furthest {
-            if hold.start_us < prev.believed_end_us() && hold.client != prev.client {
-                found.add(
-                    Rule::Overlap,
-                    hold.start_index,
-                    format!(
-                        "client {} was granted token {} at {:.3}s while client {} still held \
-                         token {} (granted {:.3}s, until {:.3}s: {})",
-                        hold.client,
-                        hold.token,
-                        hold.start_us as f64 / 1e6,
-                        prev.client,
-                        prev.token,
-                        prev.start_us as f64 / 1e6,
-                        prev.believed_end_us() as f64 / 1e6,
-                        prev.ended_by
-                    ),
-                    &[prev.start_index, hold.start_index, prev.end_index],
-                );
-            }
-        }
-        if furthest.map_or(true, |f| hold.believed_end_us() > f.believed_end_us()) {
-            furthest = Some(hold);
-        }
+/// Rules 1 and 2 (see the module docs of `check`) for [`Recipe::Lock`].
+pub(super) fn check(holds: &[Hold], found: &mut Findings<'_>) {
+    for resource in by_resource(holds, Recipe::Lock).values() {
+        exclusive(resource, Rule::Overlap, Rule::TokenOrder, "", found);
     }
 }
 
-/// Each grant's token is larger than the previous grant's.
-fn tokens_grow(h: &[Record], found: &mut Findings<'_>) {
-    let mut last_grant: Option<(usize, u64)> = None;
-    for (i, r) in h.iter().enumerate() {
-        if let Event::Granted { client, token, .. } = r.event {
-            if let Some((j, before)) = last_grant {
-                if token <= before {
-                    found.add(
-                        Rule::TokenOrder,
-                        i,
-                        format!(
-                            "client {client} was granted token {token}, not larger than the \
-                             previous grant's {before}"
-                        ),
-                        &[j, i],
-                    );
-                }
-            }
-            last_grant = Some((i, token));
+/// One holder at a time (`overlap`) and tokens growing in grant order (`order`), over one
+/// resource's holds in grant order; `what` names the grant in messages ("leadership ").
+pub(super) fn exclusive(
+    holds: &[&Hold],
+    overlap: Rule,
+    order: Rule,
+    what: &str,
+    found: &mut Findings<'_>,
+) {
+    for (hold, met) in met_at_grant(holds) {
+        if let Some(prev) = met.last() {
+            found.add(
+                overlap,
+                hold.start_index,
+                met_message(what, hold, prev),
+                &[prev.start_index, hold.start_index, prev.end_index],
+            );
+        }
+    }
+    for pair in holds.windows(2) {
+        let (before, hold) = (pair[0], pair[1]);
+        if hold.token <= before.token {
+            found.add(
+                order,
+                hold.start_index,
+                format!(
+                    "client {} was granted {what}token {} of {}, not larger than the \
+                     previous grant's {}",
+                    hold.client, hold.token, hold.path, before.token
+                ),
+                &[before.start_index, hold.start_index],
+            );
         }
     }
 }

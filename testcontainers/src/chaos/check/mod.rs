@@ -1,36 +1,55 @@
 //! The checker: pure functions over a history, so that every rule can be tested on a
 //! history written by hand. One history (the records on one clock) and one file per concern
-//! over it: `holds.rs` makes the holds (the intervals every recipe's rules are about),
-//! `lock.rs` judges them, `register.rs` and `postgres.rs` judge the stores' records of the
-//! writes, `campaign.rs` the campaign's own rules (progress, a clean end).
+//! over it: `holds.rs` makes the holds, the intervals every recipe's rules are about, and
+//! says what "at the same time" means; each recipe's file judges its holds (`lock.rs`,
+//! `election.rs`, `rwlock.rs`, `semaphore.rs`, `multi.rs`); `told.rs` judges what a holder
+//! whose node an operator deleted was told; `register.rs`, `zk.rs` and `postgres.rs` judge
+//! each store's record of the writes; `campaign.rs` the campaign's own rules (progress, a
+//! clean end).
 //!
-//! What a hold is: from a contender's `granted` until its own `lost`, `released` or
-//! `dropped` for that token, or until its process was killed (the `kill-client` fault is
-//! recorded before the SIGKILL) or exited. Two faults blind a holder: SIGSTOP
-//! (`stall-holder`), after which it sees nothing until it wakes, and an expiry forced from
-//! outside (`expire-session`), which the ensemble commits at once and the holder can only
-//! hear of afterwards. Such a hold counts for the overlap rule only until the fault began
-//! (for an expiry: or the grant, if the client was granted after the fault began and before
-//! it heard of the expiry): what the holder does after it are writes, and the fence, not the
-//! lock, must turn those away. The rules:
+//! What a hold is: from a contender's `granted` of one resource (a lock directory) until its
+//! own `lost`, `released` or `dropped` for that resource and token, or until its process was
+//! killed (the `kill-client` fault is recorded before the SIGKILL) or exited. Three faults
+//! blind a holder: SIGSTOP (`stall-holder`), after which it sees nothing until it wakes; an
+//! expiry forced from outside (`expire-session`), which the ensemble commits at once and the
+//! holder can only hear of afterwards; and an operator's delete of its node
+//! (`delete-holder`), which the next waiter hears of at the same moment. Such a hold counts
+//! for the overlap rules only until the fault began (for an expiry: or the grant, if the
+//! client was granted after the fault began and before it heard of the expiry): what the
+//! holder does after it are writes, and the fences, not the lock, must turn those away. The
+//! rules:
 //!
-//! 1. **No overlap**: no two holds intersect.
-//! 2. **Tokens grow**: each grant's token is larger than the one of the grant before.
-//! 3. **The fence holds**: every write the register accepted carried a token at least as new
-//!    as every token it had seen; none it refused did; every accepted token had been granted
-//!    to the writer.
+//! 1. **One holder at a time, as the recipe says**, at each grant (the old holder's end, its
+//!    `Lost` or release, comes first: the holder knows first): a lock's or a multi-lock's
+//!    path has one holder ([`Rule::Overlap`], [`Rule::MultiOverlap`]); an election one leader
+//!    ([`Rule::TwoLeaders`]); a read/write lock's readers share it and a writer holds it
+//!    alone ([`Rule::WriterNotAlone`]); a semaphore has at most `permits` holders
+//!    ([`Rule::TooManyHolders`]); and a multi-lock's grant holds every path it asked for
+//!    ([`Rule::MultiPartial`]).
+//! 2. **Tokens grow** in grant order, per resource ([`Rule::TokenOrder`],
+//!    [`Rule::LeaderTokenOrder`], [`Rule::PermitTokenOrder`], [`Rule::MultiTokenOrder`]); a
+//!    read/write lock's writer's token is larger than every earlier grant's, a reader's than
+//!    every earlier writer's ([`Rule::RwTokenOrder`]).
+//! 3. **The fences hold**: every write the register accepted carried a token at least as new
+//!    as every token it had seen for that resource (reads included), every read it served
+//!    one at least as new as every write's; none it refused did; every accepted token had
+//!    been granted to its writer. And every write ZooKeeper committed through
+//!    `Lease::fenced_write` was committed while its resource had room for its writer
+//!    ([`Rule::ZkLateWrite`]).
 //! 4. **Progress**: after each fault is healed, someone is granted within the campaign's
 //!    bound of fault-free time (time during which another fault is active does not count).
-//! 5. **Clean end**: the campaign finished, no node was left under the lock's path, no server
-//!    and no contender process was left running.
+//! 5. **Clean end**: the campaign finished, no node was left under the recipes' paths, no
+//!    server and no contender process was left running.
 //! 6. **PostgreSQL's fence holds** (`--postgres`), judged by PostgreSQL's own log of the
 //!    writes it committed, in its commit order (the writers' reports come in no reliable
 //!    order, and a writer may die between its commit and its report): no committed write
-//!    carried a token older than one committed before it; the fence row's final token is the
-//!    highest committed one; every committed token had been granted to its writer; every
-//!    committed write had gone to the register first (each step writes there first); every
-//!    write a writer heard committed is in the log; every refusal named a newer token that
-//!    PostgreSQL had committed; and the final state was read.
+//!    carried a token older than one committed before it for that resource; the fence rows'
+//!    final tokens are the highest committed ones; every committed token had been granted to
+//!    its writer; every committed write had gone to the register first (each step writes
+//!    there first); every write a writer heard committed is in the log; every refusal named a
+//!    newer token that PostgreSQL had committed; and the final state was read.
+//! 7. **A holder whose node an operator deleted is told** within [`holder_told_bound`] of
+//!    fault-free time ([`Rule::HolderNotTold`]).
 //!
 //! Whether the register and PostgreSQL agree on which writes are late is *not* a rule: they
 //! may legitimately disagree. A writer killed or stalled between its register write and its
@@ -44,30 +63,67 @@ use std::fmt;
 use super::Record;
 
 mod campaign;
+mod election;
 #[cfg(test)]
 pub(crate) mod fixtures;
 mod holds;
 mod lock;
+mod multi;
 mod postgres;
 mod register;
+mod rwlock;
+mod semaphore;
+mod told;
+mod zk;
 
 pub use holds::{holds, Hold};
 pub(crate) use postgres::judged_differently;
+pub use told::{holder_told_bound, TOLD_ROUND_TRIP};
 
 /// The rule a [`Violation`] breaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Rule {
-    /// Two holds overlapped.
+    /// A lock was granted while another contender held it.
     Overlap,
-    /// A grant's token was not larger than the previous grant's.
+    /// A lock grant's token was not larger than the previous grant's.
     TokenOrder,
+    /// A candidate was elected while another still led.
+    TwoLeaders,
+    /// A leadership's token was not larger than the previous leader's.
+    LeaderTokenOrder,
+    /// A read/write lock's writer was granted while another held it, or a reader while a
+    /// writer did.
+    WriterNotAlone,
+    /// A writer's token was not larger than every earlier grant's, or a reader's than every
+    /// earlier writer's.
+    RwTokenOrder,
+    /// A semaphore's permit was granted while all its permits were held.
+    TooManyHolders,
+    /// A permit's token was not larger than the previous permit's.
+    PermitTokenOrder,
+    /// A multi-lock was granted a path another contender held.
+    MultiOverlap,
+    /// A multi-lock's token for a path was not larger than that path's previous grant's.
+    MultiTokenOrder,
+    /// A multi-lock's grant did not hold every path it asked for.
+    MultiPartial,
+    /// A holder whose node an operator deleted was not told within the bound.
+    HolderNotTold,
     /// The register accepted a write older than a token it had seen.
     StaleWriteAccepted,
     /// The register refused a write carrying the newest token.
     CurrentWriteRefused,
-    /// The register accepted a token never granted to the writer.
+    /// The register accepted a token never granted to the writer (or reader).
     UngrantedToken,
+    /// The register served a read older than a writer's token it had seen.
+    StaleReadAccepted,
+    /// The register refused a read no writer's token was newer than.
+    CurrentReadRefused,
+    /// ZooKeeper committed a fenced write while other holders filled its resource.
+    ZkLateWrite,
+    /// ZooKeeper committed a fenced write with a token never granted to its writer.
+    ZkUngrantedToken,
     /// No grant within the bound after a fault was healed.
     NoProgress,
     /// Nodes were left under the lock's path.
@@ -99,9 +155,23 @@ impl fmt::Display for Rule {
         f.write_str(match self {
             Rule::Overlap => "overlapping holds",
             Rule::TokenOrder => "tokens out of order",
+            Rule::TwoLeaders => "two leaders at once",
+            Rule::LeaderTokenOrder => "leadership tokens out of order",
+            Rule::WriterNotAlone => "a writer not alone",
+            Rule::RwTokenOrder => "read/write tokens out of order",
+            Rule::TooManyHolders => "more semaphore holders than permits",
+            Rule::PermitTokenOrder => "permit tokens out of order",
+            Rule::MultiOverlap => "a multi-lock's path held twice",
+            Rule::MultiTokenOrder => "multi-lock tokens out of order",
+            Rule::MultiPartial => "a multi-lock's paths not held together",
+            Rule::HolderNotTold => "a holder whose node was deleted was not told",
             Rule::StaleWriteAccepted => "stale write accepted",
             Rule::CurrentWriteRefused => "current write refused",
             Rule::UngrantedToken => "write with a token never granted to the writer",
+            Rule::StaleReadAccepted => "stale read served",
+            Rule::CurrentReadRefused => "current read refused",
+            Rule::ZkLateWrite => "late fenced write committed by ZooKeeper",
+            Rule::ZkUngrantedToken => "ZooKeeper committed a token never granted to the writer",
             Rule::NoProgress => "no grant after a healed fault",
             Rule::LeftoverNodes => "nodes left under the lock's path",
             Rule::LeftoverProcesses => "processes left running",
@@ -203,8 +273,14 @@ pub fn check(history: &[Record]) -> Vec<Violation> {
     let h = ordered(history);
     let mut found = Findings::new(&h);
     let holds = holds::holds_of(&h);
-    lock::check(&h, &holds, &mut found);
+    lock::check(&holds, &mut found);
+    election::check(&holds, &mut found);
+    rwlock::check(&holds, &mut found);
+    semaphore::check(&h, &holds, &mut found);
+    multi::check(&holds, &mut found);
+    told::check(&h, &holds, &mut found);
     register::check(&h, &mut found);
+    zk::check(&h, &holds, &mut found);
     campaign::check_progress(&h, &mut found);
     postgres::check(&h, &mut found);
     campaign::check_end(&h, &mut found);
@@ -215,6 +291,15 @@ pub fn check(history: &[Record]) -> Vec<Violation> {
 mod tests {
     use super::fixtures::*;
     use super::*;
+
+    #[test]
+    fn a_clean_history_of_every_recipe_passes() {
+        let found = check(&mixed());
+        assert!(found.is_empty(), "{found:#?}");
+        let holds = holds(&mixed());
+        assert_eq!(holds.len(), 13);
+        assert!(holds.iter().all(|h| h.ended_by == "released"), "{holds:#?}");
+    }
 
     #[test]
     fn a_clean_history_passes() {

@@ -2,9 +2,9 @@
 //! it committed, in its commit order; and how often it judged a write otherwise than the
 //! register (not a rule).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
-use super::super::{Event, Record};
+use super::super::{Event, PgLogged, Record, LOCK_PATH};
 use super::{Findings, Rule};
 
 /// Rule 6, for a campaign that wrote to PostgreSQL too.
@@ -19,10 +19,15 @@ pub(super) fn check(h: &[Record], found: &mut Findings<'_>) {
 
 /// commit after a later writer reported its own, or die before it reports at all).
 fn check_committed(h: &[Record], found: &mut Findings<'_>) {
-    let granted: HashSet<(usize, u64)> = h
+    let granted: HashSet<(usize, &str, u64)> = h
         .iter()
-        .filter_map(|r| match r.event {
-            Event::Granted { client, token, .. } => Some((client, token)),
+        .filter_map(|r| match &r.event {
+            Event::Granted {
+                client,
+                token,
+                path,
+                ..
+            } => Some((*client, path.as_str(), *token)),
             _ => None,
         })
         .collect();
@@ -39,7 +44,8 @@ fn check_committed(h: &[Record], found: &mut Findings<'_>) {
         return;
     };
     let Event::PostgresFinal {
-        token: final_token,
+        token,
+        tokens,
         writes,
         error,
     } = &h[at].event
@@ -55,90 +61,126 @@ fn check_committed(h: &[Record], found: &mut Findings<'_>) {
         );
         return;
     }
+    // Histories from before there were several resources name the lock's fence row only.
+    let mut final_tokens = tokens.clone();
+    if let Some(t) = token {
+        final_tokens.entry(LOCK_PATH.to_string()).or_insert(*t);
+    }
     // Where each step's reports and the register's decision are in the history.
-    let mut reported: HashMap<(usize, u64, u64), usize> = HashMap::new();
-    let mut register: HashSet<(usize, u64, u64)> = HashSet::new();
+    let mut reported: HashMap<Write<'_>, usize> = HashMap::new();
+    let mut register: HashSet<Write<'_>> = HashSet::new();
     for (i, r) in h.iter().enumerate() {
-        match r.event {
-            Event::PgWriteAccepted { client, token, seq } => {
-                reported.insert((client, token, seq), i);
-            }
-            Event::WriteAccepted { client, token, seq }
-            | Event::WriteRefused {
-                client, token, seq, ..
+        match &r.event {
+            Event::PgWriteAccepted {
+                client,
+                token,
+                seq,
+                path,
             } => {
-                register.insert((client, token, seq));
+                reported.insert((*client, *token, *seq, path), i);
+            }
+            Event::WriteAccepted {
+                client,
+                token,
+                seq,
+                path,
+            }
+            | Event::WriteRefused {
+                client,
+                token,
+                seq,
+                path,
+                ..
+            } => {
+                register.insert((*client, *token, *seq, path));
             }
             _ => {}
         }
     }
-    let committed: HashSet<(usize, u64, u64)> = writes.iter().copied().collect();
-    let committed_tokens: HashSet<u64> = writes.iter().map(|w| w.1).collect();
-    let mut newest: Option<(usize, u64, u64)> = None;
-    for (n, &(client, token, seq)) in writes.iter().enumerate() {
-        let i = reported.get(&(client, token, seq)).copied().unwrap_or(at);
-        if let Some((by, newer, its_seq)) = newest.filter(|w| token < w.1) {
+    let committed: HashSet<Write<'_>> = writes.iter().map(as_write).collect();
+    let committed_tokens: HashSet<(&str, u64)> =
+        writes.iter().map(|w| (w.path.as_str(), w.token)).collect();
+    let mut newest: BTreeMap<&str, &PgLogged> = BTreeMap::new();
+    for (n, w) in writes.iter().enumerate() {
+        let PgLogged {
+            client,
+            token,
+            seq,
+            ref path,
+        } = *w;
+        let i = reported.get(&as_write(w)).copied().unwrap_or(at);
+        if let Some(newer) = newest.get(path.as_str()).filter(|n| token < n.token) {
             found.add(
                 Rule::PgStaleWriteAccepted,
                 i,
                 format!(
-                    "PostgreSQL committed write {seq} of client {client} with token {token} \
-                     (its write {} in commit order) after write {its_seq} of client {by} with \
-                     token {newer}",
-                    n + 1
+                    "PostgreSQL committed write {seq} of client {client} to {path} with token \
+                     {token} (its write {} in commit order) after write {} of client {} with \
+                     token {}",
+                    n + 1,
+                    newer.seq,
+                    newer.client,
+                    newer.token
                 ),
                 &[i],
             );
         }
-        if newest.map_or(true, |w| token >= w.1) {
-            newest = Some((client, token, seq));
+        if newest.get(path.as_str()).map_or(true, |n| token >= n.token) {
+            newest.insert(path, w);
         }
-        if !granted.contains(&(client, token)) {
+        if !granted.contains(&(client, path.as_str(), token)) {
             found.add(
                 Rule::PgUngrantedToken,
                 i,
                 format!(
-                    "PostgreSQL committed write {seq} of client {client} with token {token}, \
-                     never granted to it"
+                    "PostgreSQL committed write {seq} of client {client} to {path} with token \
+                     {token}, never granted to it"
                 ),
                 &[i],
             );
         }
-        if !register.contains(&(client, token, seq)) {
+        if !register.contains(&as_write(w)) {
             found.add(
                 Rule::PgWithoutRegister,
                 i,
                 format!(
-                    "PostgreSQL committed write {seq} of client {client} with token {token}, \
-                     which the register never saw (each step writes the register first)"
+                    "PostgreSQL committed write {seq} of client {client} to {path} with token \
+                     {token}, which the register never saw (each step writes the register \
+                     first)"
                 ),
                 &[i],
             );
         }
     }
-    let highest = newest.map(|w| w.1);
-    if *final_token != highest {
+    let highest: BTreeMap<String, u64> = newest
+        .iter()
+        .map(|(p, w)| (p.to_string(), w.token))
+        .collect();
+    if final_tokens != highest {
         found.add(
             Rule::PgFinalToken,
             at,
             format!(
-                "the fence row's final token is {final_token:?}, the highest token PostgreSQL \
-                 committed {highest:?}"
+                "the fence rows' final tokens are {final_tokens:?}, the highest tokens \
+                 PostgreSQL committed {highest:?}"
             ),
             &[at],
         );
     }
     for (i, r) in h.iter().enumerate() {
         match r.event {
-            Event::PgWriteAccepted { client, token, seq }
-                if !committed.contains(&(client, token, seq)) =>
-            {
+            Event::PgWriteAccepted {
+                client,
+                token,
+                seq,
+                ref path,
+            } if !committed.contains(&(client, token, seq, path)) => {
                 found.add(
                     Rule::PgLostWrite,
                     i,
                     format!(
-                        "client {client} heard PostgreSQL commit its write {seq} with token \
-                         {token}, which is not in PostgreSQL's log"
+                        "client {client} heard PostgreSQL commit its write {seq} to {path} with \
+                         token {token}, which is not in PostgreSQL's log"
                     ),
                     &[i, at],
                 );
@@ -148,7 +190,8 @@ fn check_committed(h: &[Record], found: &mut Findings<'_>) {
                 token,
                 seq,
                 newest,
-            } if newest <= token || !committed_tokens.contains(&newest) => {
+                ref path,
+            } if newest <= token || !committed_tokens.contains(&(path.as_str(), newest)) => {
                 let why = if newest <= token {
                     "not newer".to_string()
                 } else {
@@ -158,8 +201,8 @@ fn check_committed(h: &[Record], found: &mut Findings<'_>) {
                     Rule::PgCurrentWriteRefused,
                     i,
                     format!(
-                        "PostgreSQL refused write {seq} of client {client} with token {token} \
-                         for token {newest}: {why}"
+                        "PostgreSQL refused write {seq} of client {client} to {path} with token \
+                         {token} for token {newest}: {why}"
                     ),
                     &[i],
                 );
@@ -169,31 +212,51 @@ fn check_committed(h: &[Record], found: &mut Findings<'_>) {
     }
 }
 
+/// One write, as (client, token, seq, resource).
+type Write<'a> = (usize, u64, u64, &'a String);
+
+fn as_write(w: &PgLogged) -> Write<'_> {
+    (w.client, w.token, w.seq, &w.path)
+}
+
 /// How many writes the register and PostgreSQL judged differently (one accepted, the other
 /// refused), among those both judged.
 pub(crate) fn judged_differently(history: &[Record]) -> usize {
-    let mut register: HashMap<(usize, u64, u64), bool> = HashMap::new();
-    let mut postgres: HashMap<(usize, u64, u64), bool> = HashMap::new();
+    let mut register: HashMap<Write<'_>, bool> = HashMap::new();
+    let mut postgres: HashMap<Write<'_>, bool> = HashMap::new();
     for r in history {
-        match r.event {
-            Event::WriteAccepted { client, token, seq } => {
-                register.insert((client, token, seq), true);
+        match &r.event {
+            Event::WriteAccepted {
+                client,
+                token,
+                seq,
+                path,
+            } => {
+                register.insert((*client, *token, *seq, path), true);
             }
             Event::WriteRefused {
-                client, token, seq, ..
+                client,
+                token,
+                seq,
+                path,
+                ..
             } => {
-                register.insert((client, token, seq), false);
+                register.insert((*client, *token, *seq, path), false);
             }
             Event::PgWriteRefused {
-                client, token, seq, ..
+                client,
+                token,
+                seq,
+                path,
+                ..
             } => {
-                postgres.insert((client, token, seq), false);
+                postgres.insert((*client, *token, *seq, path), false);
             }
-            Event::PostgresFinal { ref writes, .. } => {
+            Event::PostgresFinal { writes, .. } => {
                 // The log is PostgreSQL's word on what it accepted (a writer may have died
                 // before it could say).
-                for &w in writes {
-                    postgres.insert(w, true);
+                for w in writes {
+                    postgres.insert(as_write(w), true);
                 }
             }
             _ => {}
@@ -326,6 +389,7 @@ mod tests {
             6_999,
             Event::PostgresFinal {
                 token: None,
+                tokens: Default::default(),
                 writes: vec![],
                 error: Some("connection refused".into()),
             },

@@ -15,13 +15,16 @@ use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::sync::watch;
 use zkfence::zookeeper_client as zk;
-use zkfence::{Error, Lease, Session, SessionOptions, SessionState};
+use zkfence::{Error, FencedOp, Session, SessionOptions, SessionState};
 
+mod held;
 mod stores;
 
 use super::faults::Rng;
 use super::history::monotonic_us;
-use super::{Event, Record};
+use super::recipe::data_node;
+use super::{Event, Recipe, Record};
+use held::{Held, NotGranted, Part};
 use stores::{Database, Register};
 
 /// What the campaign tells a contender process (one JSON argument).
@@ -32,7 +35,10 @@ pub(crate) struct ContenderConfig {
     pub(crate) connect: String,
     /// The ensemble itself, for expiring our own session.
     pub(crate) direct: String,
-    pub(crate) lock_path: String,
+    /// The recipes to drive: each hold is of one of them, chosen at random.
+    pub(crate) recipes: Vec<Recipe>,
+    /// The semaphore's permits.
+    pub(crate) permits: usize,
     pub(crate) register: SocketAddr,
     pub(crate) session_timeout_ms: u64,
     pub(crate) seed: u64,
@@ -142,81 +148,116 @@ impl Contender {
             }
         };
         let mut db = self.c.postgres.clone().map(Database::new);
-        let lock = session
-            .lock(&self.c.lock_path)
-            .with_id(&format!("chaos-client-{client}"));
+        let id = format!("chaos-client-{client}");
         while !*stop.borrow() {
+            let recipes = &self.c.recipes;
+            let recipe = recipes[self.rng.below(recipes.len() as u64) as usize];
+            let acquiring = held::acquire(
+                &session,
+                recipe,
+                self.c.permits,
+                &id,
+                self.t * 3,
+                &mut self.rng,
+            );
             let acquired = tokio::select! {
-                r = lock.acquire_timeout(self.t * 3) => r,
+                r = acquiring => r,
                 _ = stop.changed() => break,
             };
             match acquired {
-                Ok(lease) => {
-                    let outcome = self.hold(lease, &mut register, db.as_mut(), &mut stop);
+                Ok(held) => {
+                    let outcome = self.hold(held, &mut register, db.as_mut(), &mut stop);
                     if let Outcome::Stop = outcome.await {
                         break;
                     }
                 }
-                Err(Error::Timeout { .. }) => self.emit(Event::AcquireTimeout { client }),
-                Err(e) => {
-                    self.emit(Event::AcquireFailed {
-                        client,
-                        error: e.to_string(),
-                    });
+                Err(NotGranted::TimedOut) => self.emit(Event::AcquireTimeout { client }),
+                Err(NotGranted::Failed(error)) => {
+                    self.emit(Event::AcquireFailed { client, error });
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
             }
         }
-        drop(lock);
         // Closing ends the session at once, so no node of ours outlives the campaign.
         let _ = tokio::time::timeout(self.t, session.close()).await;
         0
     }
 
-    /// One hold: a write at once, then steps of work (a random pause, then a write), then a
-    /// release, most of the time, or a drop. The loss of the lease is recorded the moment
-    /// the lease reports it; the step under way still ends with its write, as work that does
-    /// not look at its lease between computing and writing would: a late write that only the
-    /// fence can stop. A write goes to the register, then (with `--postgres`) to PostgreSQL,
-    /// whatever the register said: each store is a fence of its own, and each must stop a
-    /// late write by itself. A refusal by either ends the hold.
+    /// One hold: a step of work at once, then more steps (a random pause, then the step's
+    /// writes), then a release, most of the time, or a drop. The loss of the grant is
+    /// recorded the moment the library reports it; the step under way still ends with its
+    /// writes, as work that does not look at its lease between computing and writing would:
+    /// late writes that only the fences can stop. A step writes each resource the grant
+    /// holds to every store, whatever the others said: each store is a fence of its own, and
+    /// each must stop a late write by itself. A refusal by any ends the hold.
     async fn hold(
         &mut self,
-        lease: Lease,
+        held: Held,
         register: &mut Register,
         mut db: Option<&mut Database>,
         stop: &mut watch::Receiver<bool>,
     ) -> Outcome {
         let client = self.c.client;
-        let token = lease.token().get();
-        self.emit(Event::Granted {
-            client,
-            token,
-            sequence: lease.sequence(),
-        });
-        let writes = 1 + self.rng.below(3);
-        let pause = Duration::from_millis(self.c.max_hold_ms / writes);
+        let (recipe, read, group) = (held.recipe(), held.read(), held.group());
+        let polls = self.rng.percent(50);
+        let parts: Vec<(String, u64)> = held
+            .parts()
+            .iter()
+            .map(|p| (p.path.clone(), p.lease.token().get()))
+            .collect();
+        emit_all(
+            &self.c,
+            held.parts()
+                .iter()
+                .map(|p| Event::Granted {
+                    client,
+                    token: p.lease.token().get(),
+                    sequence: p.lease.sequence(),
+                    recipe,
+                    path: p.path.clone(),
+                    read,
+                    node: p.lease.path().to_string(),
+                    group: group.clone(),
+                    polls,
+                })
+                .collect(),
+        );
+        let ends = |make: &dyn Fn(String, u64) -> Event| -> Vec<Event> {
+            parts.iter().map(|(p, t)| make(p.clone(), *t)).collect()
+        };
+        let steps = 1 + self.rng.below(3);
+        let pause = Duration::from_millis(self.c.max_hold_ms / steps);
         let lost = std::cell::Cell::new(false);
         let outcome = {
             let (rng, seq, c) = (&mut self.rng, &mut self.seq, &self.c);
+            let t = self.t;
+            let held = &held;
             let work = async {
-                for k in 0..writes {
+                for k in 0..steps {
                     if lost.get() {
                         return Outcome::Lost;
                     }
                     if k > 0 {
                         tokio::time::sleep(rng.between(Duration::ZERO, pause)).await;
                     }
-                    *seq += 1;
-                    let admitted = match register.write(client, token, *seq).await {
-                        Ok(admitted) => admitted,
-                        Err(_) => return Outcome::Stop,
-                    };
-                    let admitted_too = match db.as_deref_mut() {
-                        Some(db) => db.write(c, token, *seq).await,
-                        None => true,
-                    };
-                    if !admitted || !admitted_too {
+                    let mut admitted = true;
+                    for part in held.parts() {
+                        *seq += 1;
+                        let token = part.lease.token().get();
+                        if recipe.fences_by_token() {
+                            match register.send(client, token, *seq, &part.path, read).await {
+                                Ok(ok) => admitted &= ok,
+                                Err(_) => return Outcome::Stop,
+                            }
+                            if let (false, Some(db)) = (read, db.as_deref_mut()) {
+                                admitted &= db.write(c, token, *seq, &part.path).await;
+                            }
+                        }
+                        if !read {
+                            admitted &= zk_write(c, &part, *seq, t).await;
+                        }
+                    }
+                    if !admitted {
                         return Outcome::Refused;
                     }
                 }
@@ -229,10 +270,15 @@ impl Contender {
             tokio::pin!(work);
             tokio::select! {
                 outcome = &mut work => outcome,
-                reason = lease.lost() => {
-                    emit(&self.c, Event::Lost { client, token, reason: reason.to_string() });
+                reason = held.loss(polls) => {
+                    emit_all(&self.c, ends(&|path, token| Event::Lost {
+                        client,
+                        token,
+                        reason: reason.clone(),
+                        path,
+                    }));
                     lost.set(true);
-                    // The step under way ends with its (late) write.
+                    // The step under way ends with its (late) writes.
                     tokio::select! {
                         outcome = &mut work => outcome,
                         _ = stop.changed() => Outcome::Stop,
@@ -241,19 +287,31 @@ impl Contender {
                 _ = stop.changed() => Outcome::Stop,
             }
         };
+        let dropped = |path, token| Event::Dropped {
+            client,
+            token,
+            path,
+        };
         match outcome {
             // Recorded when it happened.
             Outcome::Lost => {}
-            // The fence said a newer holder wrote: we are no longer the holder.
-            Outcome::Refused if !lost.get() => self.emit(Event::Dropped { client, token }),
+            // A fence said a newer holder wrote: we are no longer the holder.
+            Outcome::Refused if !lost.get() => emit_all(&self.c, ends(&dropped)),
             Outcome::Refused => {}
             Outcome::Done | Outcome::Stop if !lost.get() => {
                 if matches!(outcome, Outcome::Stop) || self.rng.percent(75) {
-                    self.emit(Event::Released { client, token });
-                    let _ = tokio::time::timeout(self.t, lease.release()).await;
+                    emit_all(
+                        &self.c,
+                        ends(&|path, token| Event::Released {
+                            client,
+                            token,
+                            path,
+                        }),
+                    );
+                    let _ = tokio::time::timeout(self.t, held.release()).await;
                 } else {
-                    self.emit(Event::Dropped { client, token });
-                    drop(lease);
+                    emit_all(&self.c, ends(&dropped));
+                    drop(held);
                 }
             }
             Outcome::Done | Outcome::Stop => {}
@@ -262,17 +320,63 @@ impl Contender {
     }
 }
 
+/// Writes (client, token, seq) into ZooKeeper through `part`'s lease
+/// ([`Lease::fenced_write`]: committed only while our node exists), to the resource's data
+/// node, and records the answer; false if the write was refused (the lease is lost or our
+/// node is gone). An answer that does not come within `t` (requests wait while the session
+/// is disconnected) leaves the outcome unknown, recorded as such; the hold goes on.
+async fn zk_write(c: &ContenderConfig, part: &Part<'_>, seq: u64, t: Duration) -> bool {
+    let token = part.lease.token().get();
+    let op = FencedOp::SetData {
+        path: data_node(&part.path),
+        data: format!("{} {token} {seq}", c.client).into_bytes(),
+        version: None,
+    };
+    let sent_us = now_us(c);
+    let answer = tokio::time::timeout(t, part.lease.fenced_write(&[op])).await;
+    let (committed, refused, error) = match answer {
+        Ok(Ok(())) => (true, false, None),
+        Ok(Err(e @ Error::LockLost { .. })) => (false, true, Some(e.to_string())),
+        Ok(Err(e)) => (false, false, Some(e.to_string())),
+        Err(_) => (false, false, Some(format!("no answer within {t:?}"))),
+    };
+    emit(
+        c,
+        Event::ZkWrite {
+            client: c.client,
+            token,
+            seq,
+            path: part.path.clone(),
+            sent_us,
+            committed,
+            refused,
+            error,
+        },
+    );
+    !refused
+}
+
+/// Now on the campaign's clock.
+fn now_us(c: &ContenderConfig) -> u64 {
+    monotonic_us().saturating_sub(c.origin_us)
+}
+
+/// Prints `events` as JSON lines on stdout, all stamped with one instant (the parts of a
+/// multi-lock's grant or loss happen together).
+fn emit_all(c: &ContenderConfig, events: Vec<Event>) {
+    let t_us = now_us(c);
+    let mut out = std::io::stdout().lock();
+    for event in events {
+        let line = serde_json::to_string(&Record { t_us, event }).expect("records serialize");
+        // The campaign gone (stdout closed) is seen on stdin too: ignore the error here.
+        let _ = writeln!(out, "{line}");
+    }
+    let _ = out.flush();
+}
+
 /// Prints `event` as a JSON line on stdout, stamped now on the campaign's clock.
 fn emit(c: &ContenderConfig, event: Event) {
-    let record = Record {
-        t_us: monotonic_us().saturating_sub(c.origin_us),
-        event,
-    };
-    let line = serde_json::to_string(&record).expect("records serialize");
-    let mut out = std::io::stdout().lock();
-    // The campaign gone (stdout closed) is seen on stdin too: ignore the error here.
-    let _ = writeln!(out, "{line}");
-    let _ = out.flush();
+    emit_all(c, vec![event]);
 }
 
 /// Records each new ZooKeeper session (after an expiry, the `Session` opens another).

@@ -26,17 +26,23 @@ impl Database {
     /// answer; false only if the fence refused. An error is recorded as such (the write
     /// may or may not have committed: PostgreSQL's log at the end says) and the hold goes
     /// on, as it would with a store that answered nothing.
-    pub(super) async fn write(&mut self, c: &ContenderConfig, token: u64, seq: u64) -> bool {
+    pub(super) async fn write(
+        &mut self,
+        c: &ContenderConfig,
+        token: u64,
+        seq: u64,
+        resource: &str,
+    ) -> bool {
         let client = c.client;
         let t = Duration::from_millis(c.session_timeout_ms);
         let result = match self.client.as_mut() {
-            Some(db) => sql::write_through_fence(db, &c.lock_path, client, token, seq)
+            Some(db) => sql::write_through_fence(db, resource, client, token, seq)
                 .await
                 .map_err(|e| sql::with_causes(&e)),
             None => match sql::connect(&self.url, t).await {
                 Ok(db) => {
                     let db = self.client.insert(db);
-                    sql::write_through_fence(db, &c.lock_path, client, token, seq)
+                    sql::write_through_fence(db, resource, client, token, seq)
                         .await
                         .map_err(|e| sql::with_causes(&e))
                 }
@@ -45,7 +51,15 @@ impl Database {
         };
         match result {
             Ok(sql::Outcome::Written) => {
-                emit(c, Event::PgWriteAccepted { client, token, seq });
+                emit(
+                    c,
+                    Event::PgWriteAccepted {
+                        client,
+                        token,
+                        seq,
+                        path: resource.to_string(),
+                    },
+                );
                 true
             }
             Ok(sql::Outcome::Stale { newest }) => {
@@ -56,6 +70,7 @@ impl Database {
                         token,
                         seq,
                         newest,
+                        path: resource.to_string(),
                     },
                 );
                 false
@@ -69,6 +84,7 @@ impl Database {
                         token,
                         seq,
                         error,
+                        path: resource.to_string(),
                     },
                 );
                 true
@@ -91,14 +107,20 @@ impl Register {
         })
     }
 
-    /// Writes (token, client, seq); `Ok(false)` if the fence refused it.
-    pub(super) async fn write(
+    /// Writes (token, client, seq) to `resource`, or with `read` reads it (a read lock's
+    /// reader); `Ok(false)` if the fence refused it.
+    pub(super) async fn send(
         &mut self,
         client: usize,
         token: u64,
         seq: u64,
+        resource: &str,
+        read: bool,
     ) -> std::io::Result<bool> {
-        let line = format!("{client} {token} {seq}\n");
+        let line = match read {
+            false => format!("{client} {token} {seq} {resource}\n"),
+            true => format!("{client} {token} {seq} {resource} read\n"),
+        };
         self.stream.get_mut().write_all(line.as_bytes()).await?;
         let mut answer = String::new();
         if self.stream.read_line(&mut answer).await? == 0 {
