@@ -126,48 +126,50 @@ impl Ensemble {
 }
 
 impl Ensemble {
-    /// Sets node `i`'s `maxSessionTimeout` (rounded down to whole milliseconds) for its next
-    /// [`start`](Self::start) or [`restart`](Self::restart): a rolling configuration change,
-    /// one node at a time, as an operator makes one. ZooKeeper negotiates a session's timeout
-    /// at every connect, so a session that reconnects to a node with a lower maximum gets
-    /// the lower timeout. The value must not be below the ensemble's minimum session timeout.
+    /// Sets node `i`'s `minSessionTimeout` and `maxSessionTimeout` for its next
+    /// [`start`](Self::start) or [`restart`](Self::restart), as an operator changes one server's
+    /// config in a rolling restart. Each connection to it then negotiates a session timeout
+    /// within these bounds, also a session's reconnection: ZooKeeper clamps the requested
+    /// value at every connect and revalidates the session at the leader with it.
     ///
     /// ```no_run
     /// # async fn example() -> Result<(), zkfence_testcontainers::HarnessError> {
     /// use std::time::Duration;
     /// let zk = zkfence_testcontainers::Ensemble::builder().nodes(3).start().await?;
-    /// for i in 0..zk.len() {
-    ///     zk.set_max_session_timeout(i, Duration::from_secs(2))?;
-    ///     zk.restart(i).await?;
-    /// }
+    /// zk.set_session_timeout_bounds(1, Duration::from_millis(400), Duration::from_secs(4))?;
+    /// zk.restart(1).await?;
     /// # Ok(()) }
     /// ```
     ///
     /// # Notable errors
-    /// [`HarnessError::InvalidConfig`] if `max` is below the minimum session timeout;
-    /// [`HarnessError::Io`] if the node's config cannot be rewritten.
-    pub fn set_max_session_timeout(&self, i: usize, max: Duration) -> Result<(), HarnessError> {
-        let max = max.as_millis() as u64;
-        if max < self.settings.min_session {
+    /// [`HarnessError::Io`] if the node's config cannot be read or written, and
+    /// [`HarnessError::InvalidConfig`] if `min` is longer than `max`.
+    pub fn set_session_timeout_bounds(
+        &self,
+        i: usize,
+        min: Duration,
+        max: Duration,
+    ) -> Result<(), HarnessError> {
+        if min > max {
             return Err(HarnessError::InvalidConfig(format!(
-                "maxSessionTimeout {max} ms is below the minimum session timeout ({} ms)",
-                self.settings.min_session
+                "minSessionTimeout {min:?} is longer than maxSessionTimeout {max:?}"
             )));
         }
-        let config = &self.nodes[i].config;
-        let text: String = fs::read_to_string(config)?
+        let path = &self.nodes[i].config;
+        let text = fs::read_to_string(path)?;
+        let text: String = text
             .lines()
-            .map(|line| match line.starts_with("maxSessionTimeout=") {
-                true => format!("maxSessionTimeout={max}\n"),
-                false => format!("{line}\n"),
+            .map(|line| {
+                if line.starts_with("minSessionTimeout=") {
+                    format!("minSessionTimeout={}\n", min.as_millis())
+                } else if line.starts_with("maxSessionTimeout=") {
+                    format!("maxSessionTimeout={}\n", max.as_millis())
+                } else {
+                    format!("{line}\n")
+                }
             })
             .collect();
-        fs::write(config, text)?;
-        tracing::info!(
-            node = i,
-            max_ms = max,
-            "set a server's maxSessionTimeout for its next start"
-        );
+        fs::write(path, text)?;
         Ok(())
     }
 }
