@@ -202,6 +202,11 @@ pub enum Event {
         /// The resource.
         #[serde(default = "lock_path")]
         path: String,
+        /// Whether it drops because a fence refused its write and the lease, asked for as
+        /// long as [`holder_told_bound`](super::holder_told_bound) allows, still did not say
+        /// it was lost (else: as planned, at the end of its work).
+        #[serde(default, skip_serializing_if = "is_false")]
+        refused: bool,
     },
     /// The register admitted a write (recorded by the register, in the order it decided).
     WriteAccepted {
@@ -388,6 +393,14 @@ pub enum Event {
         path: String,
         /// The node deleted.
         node: String,
+    },
+    /// The session timeouts the servers had negotiated with their connected sessions (each
+    /// server's `cons`), read after each rolling restart of `shrink-timeout`.
+    SessionTimeouts {
+        /// The fault.
+        fault: usize,
+        /// Each connected session's timeout, in milliseconds, sorted.
+        timeouts_ms: Vec<u64>,
     },
     /// A planned fault found no victim (no holder, no waiter, no leader at that moment).
     FaultSkipped {

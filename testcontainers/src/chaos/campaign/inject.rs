@@ -84,7 +84,7 @@ impl Campaign {
             FaultKind::ShrinkTimeout => {
                 let mut slot = slot.expect("server faults reserve a slot");
                 let c = &self.config;
-                let shrunk = (c.session_timeout / 2).max(c.tick_time * 2);
+                let shrunk = (c.session_timeout / 4).max(c.tick_time * 2);
                 started(None, None);
                 if !self.rolling_restart(shrunk, id, &mut slot).await {
                     // A server that would not start keeps its slot (see the kill faults).
@@ -351,7 +351,9 @@ impl Campaign {
             if slot.server() != Some(server) {
                 continue;
             }
-            if let Err(e) = self.zk.set_max_session_timeout(server, max) {
+            // The minimum as the campaign started the servers: ZooKeeper's default, 2 ticks.
+            let min = self.config.tick_time * 2;
+            if let Err(e) = self.zk.set_session_timeout_bounds(server, min, max) {
                 tracing::error!(server, %e, "chaos: cannot set maxSessionTimeout");
                 continue;
             }
@@ -366,7 +368,31 @@ impl Campaign {
                 return false;
             }
         }
+        self.record_session_timeouts(fault).await;
         true
+    }
+
+    /// Records the session timeouts the servers negotiated with every connected session
+    /// (their `cons`), as evidence of what a `shrink-timeout` did.
+    async fn record_session_timeouts(&self, fault: usize) {
+        let mut timeouts_ms = Vec::new();
+        for server in 0..self.config.nodes {
+            if let Ok(connections) = self.zk.connections(server).await {
+                timeouts_ms.extend(
+                    (connections.iter())
+                        .filter_map(|c| c.session_timeout)
+                        .map(|t| t.as_millis() as u64),
+                );
+            }
+        }
+        timeouts_ms.sort_unstable();
+        tracing::info!(
+            fault,
+            ?timeouts_ms,
+            "chaos: the sessions' negotiated timeouts"
+        );
+        self.recorder
+            .record(Event::SessionTimeouts { fault, timeouts_ms });
     }
 
     fn signal(&self, client: usize, sig: i32) {

@@ -166,6 +166,7 @@ pub(crate) fn clean() -> Vec<Record> {
                 client: 0,
                 token: 13,
                 path: LOCK_PATH.into(),
+                refused: false,
             },
         ),
         finished(7_000),

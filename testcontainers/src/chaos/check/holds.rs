@@ -143,13 +143,14 @@ pub(super) fn holds_of(h: &[Record]) -> Vec<Hold> {
                 client,
                 token,
                 path,
-            } => close(
-                &mut open,
-                (*client, path.clone()),
-                i,
-                "dropped",
-                Some(*token),
-            ),
+                refused,
+            } => {
+                let by = match refused {
+                    true => "dropped: a fence refused it and the lease never said it was lost",
+                    false => "dropped",
+                };
+                close(&mut open, (*client, path.clone()), i, by, Some(*token))
+            }
             &Event::ContenderExited { client, .. } => {
                 for key in of_client(&open, client) {
                     close(&mut open, key, i, "process exited", None);
@@ -273,11 +274,12 @@ pub(super) fn met_at_grant<'a>(holds: &[&'a Hold]) -> Vec<(&'a Hold, Vec<&'a Hol
     out
 }
 
-/// The other contenders' holds of one resource that were granted before `from_us` and still
-/// believed held at `to_us`: those that held it throughout `from_us..=to_us`.
-pub(super) fn held_throughout<'a>(
+/// The holds of one resource granted after `hold` (to other contenders), before `from_us`,
+/// and still believed held at `to_us`: the newer holders that held it throughout
+/// `from_us..=to_us`. (An older hold believed held that long is the overlap rules' to judge.)
+pub(super) fn newer_throughout<'a>(
     holds: &[&'a Hold],
-    except: &Hold,
+    hold: &Hold,
     from_us: u64,
     to_us: u64,
 ) -> Vec<&'a Hold> {
@@ -285,7 +287,10 @@ pub(super) fn held_throughout<'a>(
         .iter()
         .copied()
         .filter(|o| {
-            o.client != except.client && o.start_us < from_us && o.believed_end_us() > to_us
+            o.client != hold.client
+                && o.start_us > hold.start_us
+                && o.start_us < from_us
+                && o.believed_end_us() > to_us
         })
         .collect()
 }

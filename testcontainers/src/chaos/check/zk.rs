@@ -1,15 +1,16 @@
 //! Writes fenced in ZooKeeper itself ([`Lease::fenced_write`](zkfence::Lease::fenced_write):
 //! one transaction that first checks the writer's node exists), judged by what the writers
 //! heard: a write the ensemble committed was committed between its send and its answer, and
-//! at that moment the writer's node existed; so no other holders may have filled the
-//! resource all that time (one other for a lock, a leadership, a multi-lock's path or a
-//! write lock; `permits` others for a semaphore). A write whose answer never came (its
-//! writer was killed, or the answer was lost) is not judged.
+//! at that moment the writer's node existed; so no holders granted after the writer may
+//! have filled the resource all that time (one for a lock, a leadership, a multi-lock's path
+//! or a write lock; `permits` for a semaphore): they were granted only once the writer's
+//! node was gone. A write whose answer never came (its writer was killed, or the answer was
+//! lost) is not judged.
 
 use std::collections::BTreeMap;
 
 use super::super::{Event, Recipe, Record};
-use super::holds::held_throughout;
+use super::holds::newer_throughout;
 use super::semaphore::permits;
 use super::{Findings, Hold, Rule};
 
@@ -59,7 +60,7 @@ pub(super) fn check(h: &[Record], holds: &[Hold], found: &mut Findings<'_>) {
         } else {
             1
         };
-        let others = held_throughout(resource, writer, sent_us, r.t_us);
+        let others = newer_throughout(resource, writer, sent_us, r.t_us);
         if others.len() >= capacity {
             let names: Vec<String> = others
                 .iter()
@@ -73,7 +74,7 @@ pub(super) fn check(h: &[Record], holds: &[Hold], found: &mut Findings<'_>) {
                 format!(
                     "ZooKeeper committed write {seq} of client {client} fenced by token {token} \
                      of {path} (sent {:.3}s, answered {:.3}s; its hold until {:.3}s: {}) while \
-                     {} held it all that time",
+                     {}, granted after it, held it all that time",
                     sent_us as f64 / 1e6,
                     r.t_us as f64 / 1e6,
                     writer.end_us as f64 / 1e6,
@@ -131,6 +132,16 @@ mod tests {
         h.insert(8, zk_write(2_999, 1, 11, LOCK_PATH, 2_900));
         h.sort_by_key(|r| r.t_us);
         assert!(check(&h).is_empty(), "{:#?}", check(&h));
+    }
+
+    #[test]
+    fn an_older_holders_belief_is_the_overlap_rules_not_the_newer_writers() {
+        // Client 0 releases only after client 1's grant; client 1 writes in between.
+        let mut h = clean();
+        h[3] = released(515, 0, 10);
+        h.insert(5, zk_write(514, 1, 11, LOCK_PATH, 512));
+        h.sort_by_key(|r| r.t_us);
+        assert_eq!(rules(&h), vec![Rule::Overlap]);
     }
 
     #[test]

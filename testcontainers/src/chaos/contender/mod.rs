@@ -23,7 +23,7 @@ mod stores;
 use super::faults::Rng;
 use super::history::monotonic_us;
 use super::recipe::data_node;
-use super::{Event, Recipe, Record};
+use super::{holder_told_bound, Event, Recipe, Record};
 use held::{Held, NotGranted, Part};
 use stores::{Database, Register};
 
@@ -184,7 +184,9 @@ impl Contender {
     }
 
     /// One hold: a step of work at once, then more steps (a random pause, then the step's
-    /// writes), then a release, most of the time, or a drop. The loss of the grant is
+    /// writes), then a release, most of the time, or a drop. Half of the holds learn of a
+    /// loss by awaiting it, the others by polling the lease's state; half also write through
+    /// [`fenced_write`](zkfence::Lease::fenced_write). The loss of the grant is
     /// recorded the moment the library reports it; the step under way still ends with its
     /// writes, as work that does not look at its lease between computing and writing would:
     /// late writes that only the fences can stop. A step writes each resource the grant
@@ -200,6 +202,10 @@ impl Contender {
         let client = self.c.client;
         let (recipe, read, group) = (held.recipe(), held.read(), held.group());
         let polls = self.rng.percent(50);
+        // Half of the holds also write through `Lease::fenced_write`, which tells its lease
+        // when the ensemble finds our node gone; the others learn only what the library
+        // tells them unasked.
+        let fenced_in_zk = self.rng.percent(50);
         let parts: Vec<(String, u64)> = held
             .parts()
             .iter()
@@ -253,7 +259,7 @@ impl Contender {
                                 admitted &= db.write(c, token, *seq, &part.path).await;
                             }
                         }
-                        if !read {
+                        if fenced_in_zk && !read {
                             admitted &= zk_write(c, &part, *seq, t).await;
                         }
                     }
@@ -291,12 +297,37 @@ impl Contender {
             client,
             token,
             path,
+            refused: false,
         };
         match outcome {
             // Recorded when it happened.
             Outcome::Lost => {}
-            // A fence said a newer holder wrote: we are no longer the holder.
-            Outcome::Refused if !lost.get() => emit_all(&self.c, ends(&dropped)),
+            // A fence said a newer holder wrote, yet the lease has not said it is lost: ask
+            // it (as it is asked during the hold) for as long as the library may take to tell
+            // a holder whose node someone deleted, then stop acting as the holder either way.
+            Outcome::Refused if !lost.get() => {
+                let told = held.loss(polls);
+                match tokio::time::timeout(holder_told_bound(self.t), told).await {
+                    Ok(reason) => emit_all(
+                        &self.c,
+                        ends(&|path, token| Event::Lost {
+                            client,
+                            token,
+                            reason: reason.clone(),
+                            path,
+                        }),
+                    ),
+                    Err(_) => emit_all(
+                        &self.c,
+                        ends(&|path, token| Event::Dropped {
+                            client,
+                            token,
+                            path,
+                            refused: true,
+                        }),
+                    ),
+                }
+            }
             Outcome::Refused => {}
             Outcome::Done | Outcome::Stop if !lost.get() => {
                 if matches!(outcome, Outcome::Stop) || self.rng.percent(75) {
