@@ -259,3 +259,48 @@ async fn a_check_for_nodes_left_that_could_not_be_made_fails_the_run_with_its_re
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Histories recorded on the library before issue 43's fix, kept in docs/: the checker finds
+/// what went wrong in each again (the rules cannot quietly stop seeing it).
+#[tokio::test]
+async fn the_recorded_failures_of_issue_43_are_found_again() {
+    let docs = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs");
+    let dir = std::env::temp_dir().join(format!(
+        "zkfence-chaos-43-{}",
+        uuid::Uuid::new_v4().simple()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    for (name, says, count) in [
+        (
+            "chaos-history-delete-holder-before-fix.jsonl.gz",
+            "a holder whose node was deleted was not told",
+            1,
+        ),
+        (
+            "chaos-history-shrink-timeout-before-fix.jsonl.gz",
+            "overlapping holds",
+            2,
+        ),
+    ] {
+        let history = dir.join(name.trim_end_matches(".gz"));
+        let unzipped = std::process::Command::new("gzip")
+            .args(["-dc", &format!("{docs}/{name}")])
+            .output()
+            .expect("gzip");
+        assert!(unzipped.status.success(), "{name}");
+        std::fs::write(&history, unzipped.stdout).unwrap();
+        let (code, stdout, stderr) = chaos(
+            &["--check", history.to_str().unwrap()],
+            Duration::from_secs(30),
+        )
+        .await;
+        assert_eq!(code, Some(1), "{name}: {stdout}\n{stderr}");
+        assert_eq!(stderr.matches(says).count(), count, "{name}: {stderr}");
+        let summary = stdout.lines().next().unwrap_or_default();
+        assert!(
+            summary.ends_with(&format!(" {count} violations")),
+            "{summary}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
