@@ -210,3 +210,40 @@ async fn campaign(config: ChaosConfig) -> Result<chaos::Report, Failure> {
         e => e.into(),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    /// `zkfence chaos`'s flags alone, as the CLI parses them.
+    #[derive(Parser)]
+    struct Chaos {
+        #[command(flatten)]
+        args: Args,
+    }
+
+    #[test]
+    fn every_command_in_the_guide_parses_and_its_settings_can_work() {
+        let guide = include_str!("../../docs/guide/chaos.md");
+        let mut seen = 0;
+        for line in guide.lines() {
+            let Some(rest) = line.trim().strip_prefix("zkfence chaos") else {
+                continue;
+            };
+            let words = rest
+                .split(" #")
+                .next()
+                .unwrap_or_default()
+                .split_whitespace();
+            let parsed = Chaos::try_parse_from(std::iter::once("chaos").chain(words))
+                .unwrap_or_else(|e| panic!("{line}: {e}"));
+            if let Err(e) = task(parsed.args) {
+                panic!("{line}: {}", e.message);
+            }
+            seen += 1;
+        }
+        assert!(seen >= 7, "only {seen} commands in the guide");
+    }
+}
