@@ -6,8 +6,9 @@ use zkfence::{Leadership, Session};
 
 use crate::child::{self, Cmd, Outcome};
 use crate::exit::{self, Failure};
+use crate::progress;
+use crate::remote::{close, Global};
 use crate::signals::{self, Signals};
-use crate::{close, progress, Global};
 
 /// The arguments of `elect`.
 pub struct Options {

@@ -6,8 +6,9 @@ use zkfence::{Contender, Error, Lease, Lock, NodeFormat, Semaphore, Session};
 
 use crate::child::{self, Cmd, Outcome};
 use crate::exit::{self, Failure};
+use crate::progress;
+use crate::remote::{close, release_and_close, Global};
 use crate::signals::{self, Signals};
-use crate::{close, progress, release_and_close, Global};
 
 /// The arguments of `exec`.
 pub struct Options {

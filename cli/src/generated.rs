@@ -3,8 +3,8 @@
 
 use clap::CommandFactory;
 
+use crate::args::Cli;
 use crate::exit::{self, Failure};
-use crate::Cli;
 
 /// Prints the completion script for `shell` on stdout.
 pub fn completions(shell: clap_complete::Shell) -> Result<u8, Failure> {

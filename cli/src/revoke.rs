@@ -3,7 +3,7 @@
 //! Curator `InterProcessMutex` made revocable) stops; any other ignores it.
 
 use crate::exit::{self, Failure};
-use crate::{close, Global};
+use crate::remote::{close, Global};
 
 /// Revokes the holder of `lockpath`, or its contender `node` (a name under `lockpath`, or
 /// its full path).

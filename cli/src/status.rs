@@ -7,7 +7,7 @@ use zkfence::zookeeper_client as zk;
 use zkfence::{Contender, Session};
 
 use crate::exit::Failure;
-use crate::{close, Global};
+use crate::remote::{close, Global};
 
 /// Which words to use: a lock has a holder and waiters, an election a leader and candidates.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
