@@ -190,6 +190,29 @@ pub enum Error {
         holder: Box<crate::Contender>,
     },
 
+    /// Another kind of lock uses this path: a plain lock where a semaphore's holders are,
+    /// or the reverse, or a plain lock among a read/write lock's contenders. The kinds would
+    /// not exclude each other (Curator and Kazoo leave such a mix undefined), so zkfence
+    /// refuses it instead of granting. Nothing is held; our node, if any, was removed.
+    ///
+    /// What to do: use the kind the path's other users use (the same limit for a semaphore,
+    /// `read_lock`/`write_lock` for a read/write lock), or another path.
+    #[error(
+        "{path} is in use as {theirs} ({node}), and we asked for {ours}: the two kinds do not \
+         exclude each other, so zkfence refuses to mix them on one path; nothing is held. Use \
+         the same kind as the path's other users, or another path"
+    )]
+    KindConflict {
+        /// The path asked for.
+        path: String,
+        /// What we asked for.
+        ours: LockKind,
+        /// What the other contenders use the path as.
+        theirs: LockKind,
+        /// A node of the other kind that shows it.
+        node: String,
+    },
+
     /// This `Lock` handle already holds the lock or is acquiring it.
     #[error(
         "this Lock handle for {path} already holds or is acquiring the lock; release the Lease first, \
@@ -324,6 +347,42 @@ impl Error {
                 source,
             },
         }
+    }
+}
+
+/// The kinds of lock that can use one path, named by [`Error::KindConflict`].
+///
+/// Their node layouts differ (a semaphore keeps its nodes under `locks/` and `leases/`, a
+/// plain lock's and a read/write lock's are the path's own children, named apart), so each
+/// kind sees the others in the listings it reads anyway.
+///
+/// ```
+/// use zkfence::LockKind;
+/// assert_eq!(LockKind::Semaphore.to_string(), "a semaphore");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LockKind {
+    /// [`Session::lock`](crate::Session::lock) (and an election, whose candidates queue as
+    /// a plain lock's do).
+    Lock,
+    /// [`Session::read_lock`](crate::Session::read_lock) or
+    /// [`Session::write_lock`](crate::Session::write_lock).
+    ReadWrite,
+    /// [`Session::semaphore`](crate::Session::semaphore).
+    Semaphore,
+    /// [`Session::election`](crate::Session::election).
+    Election,
+}
+
+impl fmt::Display for LockKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            LockKind::Lock => "a plain lock",
+            LockKind::ReadWrite => "a read/write lock",
+            LockKind::Semaphore => "a semaphore",
+            LockKind::Election => "an election",
+        })
     }
 }
 

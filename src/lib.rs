@@ -159,7 +159,7 @@ mod telemetry;
 pub mod guide;
 
 pub use election::{Election, LeaderChanges, LeaderInfo, LeaderTask, Leadership};
-pub use error::{ConnectFailure, Error, LossReason, Result, ServerFailure};
+pub use error::{ConnectFailure, Error, LockKind, LossReason, Result, ServerFailure};
 pub use fence::{Fence, StaleToken};
 pub use lease::{Lease, LeaseState};
 pub use lock::Lock;

@@ -194,6 +194,8 @@ impl Lock {
     /// - [`Error::NodeDeleted`] if someone deleted our node while we waited;
     ///   [`Error::LockDirectoryDeleted`] if the whole directory went.
     /// - [`Error::NoAnswer`] if the ensemble did not vouch for the session at the grant.
+    /// - [`Error::KindConflict`] if another kind of lock uses the path (a semaphore; a
+    ///   read/write lock where this is a plain one, or the reverse).
     pub async fn acquire(&self) -> Result<Lease> {
         let claim = self.claim()?;
         let grant = self.queue.join(None).await?;

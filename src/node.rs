@@ -218,24 +218,126 @@ pub(crate) fn push_sequence(out: &mut String, sequence: i32) {
     out.extend(digits.iter().map(|&d| d as char));
 }
 
-/// Keeps the children that are contenders and sorts them into queue order.
+/// Keeps the children that are contenders and sorts them into queue order, noting which
+/// kinds of lock the children show ([`Mix`]).
 ///
 /// Sequences are compared with serial-number arithmetic (RFC 1982): `b` is after `a` when
 /// `b - a`, wrapped to 32 bits, is positive. A live queue spans far fewer than 2³¹ creates,
 /// so this orders it right across the counter's wrap, where `2147483647` is followed by
 /// `-2147483648`.
-pub(crate) fn queue_order(children: Vec<String>) -> Vec<(i32, String)> {
+pub(crate) fn queue_order(children: Vec<String>) -> Ordered {
+    let mut semaphore = false;
     let mut queue: Vec<(i32, String)> = children
         .into_iter()
-        .filter_map(|name| sequence_of(&name).map(|seq| (seq, name)))
+        .filter_map(|name| match sequence_of(&name) {
+            Some(seq) => Some((seq, name)),
+            None => {
+                semaphore |= is_semaphore_directory(&name);
+                None
+            }
+        })
         .collect();
-    let Some(reference) = queue.first().map(|(seq, _)| *seq) else {
-        return queue;
+    if let Some(reference) = queue.first().map(|(seq, _)| *seq) {
+        // Distance from one member, as a signed 32-bit offset: a total order on any set that
+        // spans less than 2³¹.
+        queue.sort_by_key(|(seq, _)| seq.wrapping_sub(reference));
+    }
+    // Found here, where every name is looked at anyway, so a waiter checks the mix of its
+    // listing in constant time instead of scanning a deep queue once per waiter.
+    let mix = Mix {
+        plain: queue.iter().position(|(_, n)| is_plain(n)),
+        read_write: queue.iter().position(|(_, n)| is_read_write(n)),
+        semaphore,
     };
-    // Distance from one member, as a signed 32-bit offset: a total order on any set that
-    // spans less than 2³¹.
-    queue.sort_by_key(|(seq, _)| seq.wrapping_sub(reference));
-    queue
+    Ordered { queue, mix }
+}
+
+/// A lock directory's contenders in queue order, and which kinds of lock its listing shows.
+#[derive(Debug, Default)]
+pub(crate) struct Ordered {
+    pub(crate) queue: Vec<(i32, String)>,
+    pub(crate) mix: Mix,
+}
+
+impl std::ops::Deref for Ordered {
+    type Target = Vec<(i32, String)>;
+    fn deref(&self) -> &Self::Target {
+        &self.queue
+    }
+}
+
+impl std::ops::DerefMut for Ordered {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.queue
+    }
+}
+
+impl IntoIterator for Ordered {
+    type Item = (i32, String);
+    type IntoIter = std::vec::IntoIter<(i32, String)>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.queue.into_iter()
+    }
+}
+
+/// Which kinds of lock have nodes in one directory's listing. The layouts are disjoint: a
+/// semaphore's nodes live under its `locks/` and `leases/`, a plain lock's and a read/write
+/// lock's beside them under names of their own. Kinds mixed on one path would not exclude
+/// each other, so each kind looks for the others in what it lists anyway.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Mix {
+    /// The index of the first Curator-named plain lock's node (`lock-`; an election
+    /// candidate's too).
+    pub(crate) plain: Option<usize>,
+    /// The index of the first read/write lock's node (`__READ__`, `__WRIT__`, `__rlock__`).
+    pub(crate) read_write: Option<usize>,
+    /// A semaphore's directories (`locks`, `leases`) are children: its holders may be below.
+    pub(crate) semaphore: bool,
+}
+
+impl Mix {
+    /// The kind, and the index of a node of it, that `ours` may not share the directory
+    /// with; the semaphore, whose nodes are one level down, is not told here.
+    ///
+    /// Kazoo's `__lock__` is both its plain lock's and its write lock's name, and excludes
+    /// (and is excluded by) every reader: it mixes with both kinds.
+    pub(crate) fn conflict(&self, ours: crate::LockKind) -> Option<(crate::LockKind, usize)> {
+        use crate::LockKind;
+        match ours {
+            LockKind::Lock | LockKind::Election => {
+                self.read_write.map(|i| (LockKind::ReadWrite, i))
+            }
+            LockKind::ReadWrite => self.plain.map(|i| (LockKind::Lock, i)),
+            LockKind::Semaphore => None,
+        }
+    }
+}
+
+/// The kind of lock a contender's node `name` belongs to, as another kind names it in an
+/// error.
+pub(crate) fn kind_of(name: &str) -> crate::LockKind {
+    if is_read_write(name) {
+        crate::LockKind::ReadWrite
+    } else {
+        crate::LockKind::Lock
+    }
+}
+
+/// A semaphore's directory among a lock directory's children (Curator's
+/// `InterProcessSemaphoreV2` layout, which ours follows).
+fn is_semaphore_directory(name: &str) -> bool {
+    name == "locks" || name == "leases"
+}
+
+/// A Curator-named plain lock's (or election candidate's) node. Kazoo's `__lock__` is not:
+/// it serves its write lock too.
+fn is_plain(name: &str) -> bool {
+    name.contains("lock-")
+}
+
+/// A read/write lock's node, ours, Curator's or Kazoo's reader.
+fn is_read_write(name: &str) -> bool {
+    name.contains("__READ__") || name.contains("__WRIT__") || name.contains("__rlock__")
 }
 
 /// The index of our node (`sequence`, `name`) in `queue` (in [`queue_order`]), found by its

@@ -40,8 +40,9 @@ Exit codes:
   1        error (for demo: a promise did not hold; for chaos: the checker found a
            violation)
   2        usage error: bad arguments, path or connect string, a TLS file that cannot be
-           used, a plaintext connection to a TLS port, or a --limit other than the holders'
-           (nothing was run); checked before connecting where no server is needed
+           used, a plaintext connection to a TLS port, a --limit other than the holders',
+           or another kind of lock on the path (a semaphore, --shared, plain; nothing was
+           run); checked before connecting where no server is needed
   3        ZooKeeper unreachable (every server refused, did not resolve, or did not answer
            within --connect-timeout), or the session was closed; an expired session is
            survived: exec queues again, elect campaigns again
@@ -84,6 +85,7 @@ pub fn code_of(err: &Error) -> u8 {
         Error::InvalidPath { .. }
         | Error::InvalidConnectString { .. }
         | Error::PermitsMismatch { .. }
+        | Error::KindConflict { .. }
         | Error::UnsoundSettings { .. }
         | Error::TlsConfig { .. }
         | Error::TlsRequired { .. }

@@ -48,7 +48,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, LockKind, Result};
 use crate::node::{self, Kind, NodeFormat};
 use crate::session::{Counters, Created, NodeEvent, NodeWatch, QueueListing, Session, Shared};
 use crate::telemetry::{self, Recipe, Tag};
@@ -56,7 +56,7 @@ use crate::telemetry::{self, Recipe, Tag};
 pub(crate) use admission::Admission;
 use admission::Place;
 pub use contender::Contender;
-pub(crate) use contender::{list_contenders, list_contenders_now};
+pub(crate) use contender::{contenders_among, list_contenders_now};
 pub(crate) use enqueue::{find_own, Owner};
 use enqueue::{Enqueued, Pending};
 
@@ -332,6 +332,11 @@ impl Queue {
         let shared = self.shared();
         if let Some(children) = shared.list(&self.dir).await? {
             if self.admission().blocked_by(&children) {
+                // Taken, or by another kind: that is said, not "taken".
+                let listed = node::queue_order(children);
+                if let Some(conflict) = self.kind_conflict(&listed).await? {
+                    return Err(conflict);
+                }
                 shared.sync(&self.dir).await?;
                 let still = shared.list(&self.dir).await?;
                 if still.is_some_and(|children| self.admission().blocked_by(&children)) {
@@ -458,6 +463,9 @@ impl Queue {
                     },
                 });
             };
+            if let Some(conflict) = Box::pin(self.kind_conflict(&queue)).await? {
+                return Err(conflict);
+            }
             let Some(index) = node::index_in_queue(&queue, created.sequence, name) else {
                 return Err(self.vanished(&created.path));
             };
@@ -470,6 +478,52 @@ impl Queue {
             let place = self.admission().place(&queue, index);
             return Ok((place, index, queue, children_watch));
         }
+    }
+
+    /// Another kind of lock on our directory, as [`Error::KindConflict`], if the listing
+    /// `queue` shows one. A read/write lock's and a plain lock's nodes are named apart in
+    /// the listing itself, free; a semaphore's directories among the children (only then)
+    /// cost one read of both, for a holder or waiter below them.
+    ///
+    /// Checked on every listing after our create: of two kinds racing, each creates its
+    /// node before it lists, so the later listing shows the other (a semaphore lists our
+    /// directory after its node is in `locks/`, and keeps a node below until its lease ends).
+    async fn kind_conflict(&self, queue: &node::Ordered) -> Result<Option<Error>> {
+        let ours = self.recipe.lock_kind();
+        if ours == LockKind::Semaphore {
+            return Ok(None);
+        }
+        let conflict = |theirs, node: String| {
+            tracing::warn!(path = %self.dir, %ours, %theirs, %node, "another kind of lock uses this path: refused");
+            Error::KindConflict {
+                path: self.dir.to_string(),
+                ours,
+                theirs,
+                node,
+            }
+        };
+        if let Some((theirs, index)) = queue.mix.conflict(ours) {
+            let node = format!("{}/{}", self.dir, queue[index].1);
+            return Ok(Some(conflict(theirs, node)));
+        }
+        if !queue.mix.semaphore {
+            return Ok(None);
+        }
+        let below = [
+            format!("{}/locks", self.dir),
+            format!("{}/leases", self.dir),
+        ];
+        let listed = self.shared().list_many(&below).await?;
+        for (dir, children) in below.iter().zip(listed) {
+            if let Some(name) = children
+                .into_iter()
+                .flatten()
+                .find(|name| node::sequence_of(name).is_some())
+            {
+                return Ok(Some(conflict(LockKind::Semaphore, format!("{dir}/{name}"))));
+            }
+        }
+        Ok(None)
     }
 
     /// Deletes children carrying our marker, other than `ours`, that our session owns.
