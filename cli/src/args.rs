@@ -229,7 +229,10 @@ pub(crate) enum Command {
         /// Queue node layout: curator (Apache Curator, the default) or kazoo (Python Kazoo).
         #[arg(long, value_parser = parse_format, value_name = "FORMAT", help_heading = "Lock options")]
         format: Option<NodeFormat>,
-        /// Our name in `zkfence status` (default: CMD's command line).
+        /// Our name in `zkfence status` (default: HOST:PROGRAM, this host's name and CMD's
+        /// program name, never its arguments). It is stored in our node's data with this
+        /// host's name and zkfence's pid, which anyone who may read LOCKPATH can read: put no
+        /// secret in it.
         #[arg(long, value_name = "TEXT", help_heading = "Lock options")]
         id: Option<String>,
         /// Let `zkfence revoke` (or Curator's Revoker) ask us to let go: a request is treated
@@ -270,8 +273,10 @@ pub(crate) enum Command {
     Elect {
         /// The election directory, e.g. /election/scheduler.
         electionpath: String,
-        /// This candidate's name, shown by `zkfence leader` (default: HOST:CMD, this host's
-        /// name and CMD's program name).
+        /// This candidate's name, shown by `zkfence leader` (default: HOST:PROGRAM, this
+        /// host's name and CMD's program name, never its arguments). It is stored in our
+        /// node's data with this host's name and zkfence's pid, which anyone who may read
+        /// ELECTIONPATH can read: put no secret in it.
         #[arg(long, value_name = "NAME", help_heading = "Election options")]
         id: Option<String>,
         /// Lead at most once, then exit.

@@ -16,6 +16,26 @@ use crate::exit::{self, Failure};
 use crate::signals::{self, Signals};
 use crate::supervisor;
 
+/// The contender id when --id is not given, for `exec` and `elect` alike: this host's name
+/// and CMD's program name (`web-3:backup.sh`), which tells an operator where the holder
+/// runs. Never CMD's arguments: the id is stored in the node's data, which anyone who may
+/// read the lock path reads (`zkfence status`, `zkCli get`), and arguments carry secrets
+/// (`psql postgres://app:secret@db/...`). The host and zkfence's pid are in the owner data
+/// already.
+pub fn default_id(cmd: &[String]) -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| "localhost".into());
+    let program = cmd
+        .first()
+        .map(|c| c.rsplit('/').next().unwrap_or(c).to_string())
+        .unwrap_or_default();
+    format!("{host}:{program}")
+}
+
 /// CMD, started under its supervisor.
 pub struct Cmd {
     supervisor: Child,

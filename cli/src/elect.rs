@@ -249,19 +249,3 @@ async fn connect(global: &Global, signals: &mut Signals) -> Result<Result<Sessio
         sig = signals.recv() => Ok(Err(exit::by_signal(sig))),
     }
 }
-
-/// The candidate id when --id is not given: this host's name and CMD's program name
-/// (`web-3:scheduler`), which tells an operator where the leader runs.
-pub fn default_id(cmd: &[String]) -> String {
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_string())
-        .ok()
-        .filter(|h| !h.is_empty())
-        .or_else(|| std::env::var("HOSTNAME").ok())
-        .unwrap_or_else(|| "localhost".into());
-    let program = cmd
-        .first()
-        .map(|c| c.rsplit('/').next().unwrap_or(c).to_string())
-        .unwrap_or_default();
-    format!("{host}:{program}")
-}

@@ -82,7 +82,7 @@ pub async fn run(global: &Global, o: Options) -> Result<u8, Failure> {
         session = global.connect() => session?,
         sig = signals.recv() => return Ok(exit::by_signal(sig)),
     };
-    let id = o.id.clone().unwrap_or_else(|| default_id(&o.cmd));
+    let id = o.id.clone().unwrap_or_else(|| child::default_id(&o.cmd));
     let lock = match (o.limit, o.shared) {
         (Some(n), _) => Gate::Semaphore(session.semaphore(&o.lockpath, n).with_id(&id)),
         (None, shared) => {
@@ -296,15 +296,5 @@ async fn holder_of(lock: &Gate) -> String {
             format!("; {word}: {}", named.join("; "))
         }
         _ => String::new(),
-    }
-}
-
-/// The command line, shortened: what `status` shows when no --id is given.
-fn default_id(cmd: &[String]) -> String {
-    let line = cmd.join(" ");
-    if line.chars().count() <= 64 {
-        line
-    } else {
-        format!("{}…", line.chars().take(63).collect::<String>())
     }
 }

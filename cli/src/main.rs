@@ -167,7 +167,7 @@ impl Job {
             } => {
                 check_path(&electionpath)?;
                 let global = Global::from_args(remote, &outer)?;
-                let id = id.unwrap_or_else(|| elect::default_id(&cmd));
+                let id = id.unwrap_or_else(|| child::default_id(&cmd));
                 Job::Elect(
                     global,
                     elect::Options {

@@ -89,3 +89,54 @@ async fn two_kinds_of_lock_on_one_path_are_refused_with_exit_2() {
     a.kill().await.unwrap();
     b.kill().await.unwrap();
 }
+
+// ---- item 2 ------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn exec_keeps_cmd_arguments_out_of_node_data() {
+    let c = shared_ensemble().connect_string();
+    let path = unique_path("secret");
+    let secret = "postgres://app:hunter2@db/prod";
+    // As holding() does, with the secret an argument of CMD.
+    let file = std::env::temp_dir().join(format!(
+        "zkfence-newcomer-secret-{}",
+        uuid::Uuid::new_v4().simple()
+    ));
+    let script = format!("touch {}; exec sleep 60", file.display());
+    let mut child = zkfence(&c, &["exec", &path, "sh", "-c", &script, secret])
+        .spawn()
+        .unwrap();
+    eventually(Duration::from_secs(20), "CMD runs", || {
+        let file = file.clone();
+        async move { file.exists() }
+    })
+    .await;
+    let _ = std::fs::remove_file(&file);
+    let status = run(zkfence(&c, &["status", "--json", &path]), RUN).await;
+    assert_eq!(status.code, Some(0), "{}", status.stderr);
+    assert!(
+        !status.stdout.contains("hunter2"),
+        "the secret is in node data: {}",
+        status.stdout
+    );
+    let json: serde_json::Value = serde_json::from_str(&status.stdout).unwrap();
+    let id = json["holders"][0]["owner"]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(id.ends_with(":sh"), "HOST:PROGRAM, as elect's: {id}");
+    // And the raw data, as zkCli's `get` shows it.
+    let session = common::connect(&c, Duration::from_secs(4)).await;
+    for node in common::children(&session, &path).await {
+        let (data, _) = session
+            .client()
+            .get_data(&format!("{path}/{node}"))
+            .await
+            .unwrap();
+        assert!(
+            !String::from_utf8_lossy(&data).contains("hunter2"),
+            "the secret is in {node}'s data"
+        );
+    }
+    child.kill().await.unwrap();
+}
