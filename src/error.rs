@@ -48,8 +48,9 @@ pub enum Error {
     /// [`Session::connect`](crate::Session::connect) reached no server of the ensemble: each
     /// server refused, did not resolve, or did not answer within the connect timeout.
     #[error(
-        "could not reach any ZooKeeper server of {connect:?} ({}); check that the ensemble \
-         runs and that this host can reach it",
+        "could not reach any ZooKeeper server of {connect:?} within {:?} ({}); check that the \
+         ensemble runs and that this host can reach it",
+        timeout,
         servers.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")
     )]
     ConnectFailed {
@@ -190,13 +191,15 @@ pub enum Error {
         holder: Box<crate::Contender>,
     },
 
-    /// Another kind of lock uses this path: a plain lock where a semaphore's holders are,
-    /// or the reverse, or a plain lock among a read/write lock's contenders. The kinds would
-    /// not exclude each other (Curator and Kazoo leave such a mix undefined), so zkfence
-    /// refuses it instead of granting. Nothing is held; our node, if any, was removed.
+    /// Another kind of lock uses this path: a lock, a read/write lock or an election where a
+    /// semaphore's holders are, or a semaphore where the others' are. Their nodes live in
+    /// different places (a semaphore's under `locks/` and `leases/`), so they would not
+    /// exclude each other (Curator and Kazoo leave such a mix undefined): zkfence refuses it
+    /// instead of granting. Nothing is held; our node, if any, was removed.
     ///
-    /// What to do: use the kind the path's other users use (the same limit for a semaphore,
-    /// `read_lock`/`write_lock` for a read/write lock), or another path.
+    /// What to do: use the kind the path's other users use (a semaphore with the same
+    /// limit), or another path. (A plain lock and a read/write lock do mix: a plain lock is
+    /// a writer to zkfence's readers.)
     #[error(
         "{path} is in use as {theirs} ({node}), and we asked for {ours}: the two kinds do not \
          exclude each other, so zkfence refuses to mix them on one path; nothing is held. Use \
@@ -352,9 +355,9 @@ impl Error {
 
 /// The kinds of lock that can use one path, named by [`Error::KindConflict`].
 ///
-/// Their node layouts differ (a semaphore keeps its nodes under `locks/` and `leases/`, a
-/// plain lock's and a read/write lock's are the path's own children, named apart), so each
-/// kind sees the others in the listings it reads anyway.
+/// Their node layouts differ (a semaphore keeps its nodes under `locks/` and `leases/`, the
+/// others' are the path's own children), so each sees the other in the listings it reads
+/// anyway.
 ///
 /// ```
 /// use zkfence::LockKind;

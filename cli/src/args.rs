@@ -58,14 +58,16 @@ pub(crate) struct ConnectArgs {
     pub(crate) connect: Option<String>,
 
     /// The session timeout to ask for: a crashed holder's lock frees about this long after it
-    /// dies (the ensemble clamps it to its own bounds). E.g. "10s", "500ms", "1m"; a bare
-    /// number is seconds. [default: 10s]
+    /// dies. The servers clamp it to their bounds (minSessionTimeout..maxSessionTimeout, 2 to
+    /// 20 tickTimes unless configured); zkfence says so on stderr when they grant another,
+    /// and `status --json` shows the granted one. Below 100ms is refused (exit 2). E.g. "10s",
+    /// "500ms", "1m"; a bare number is seconds. [default: 10s]
     #[arg(long, value_parser = duration::parse, value_name = "DUR")]
     pub(crate) session_timeout: Option<Duration>,
 
     /// Give up connecting after DUR (exit 3), like etcdctl's --dial-timeout. A server that
-    /// refuses the connection, or a host that does not resolve, fails at once. [default:
-    /// the session timeout]
+    /// refuses the connection, or a host that does not resolve, fails at once. Below 10ms is
+    /// refused (exit 2). [default: the session timeout asked for, at least 1s]
     #[arg(long, value_parser = duration::parse, value_name = "DUR")]
     pub(crate) connect_timeout: Option<Duration>,
 
@@ -332,8 +334,11 @@ pub(crate) enum Command {
     ///
     /// A revocable holder stops and releases: `zkfence exec --revocable` treats it like
     /// SIGTERM to CMD's group and exits 79, and a Curator `InterProcessMutex` made revocable
-    /// calls its RevocationListener. Any other holder ignores it. Nothing is released by
-    /// force. Exits 1 if nobody holds the lock.
+    /// calls its RevocationListener. Nothing is released by force. The holder's owner data
+    /// says whether it listens: one that does not (a plain `zkfence exec`, another client)
+    /// is not asked, and zkfence exits 69 having written nothing; --force writes the request
+    /// anyway (a Curator holder's data cannot say). A zkfence holder's owner stays readable
+    /// in `status` after the request. Exits 1 if nobody holds the lock.
     ///
     /// Example: zkfence revoke /locks/backup
     #[command(after_long_help = exit::HELP)]
@@ -344,6 +349,10 @@ pub(crate) enum Command {
         /// `zkfence status --json` lists it) or its full path.
         #[arg(long, value_name = "NAME")]
         node: Option<String>,
+        /// Write the request even to a holder whose owner data does not say it listens
+        /// (e.g. a Curator InterProcessMutex made revocable).
+        #[arg(long)]
+        force: bool,
         #[command(flatten)]
         remote: Remote,
     },

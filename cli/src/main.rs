@@ -105,7 +105,7 @@ enum Job {
     Elect(Global, elect::Options, Option<SocketAddr>),
     Status(Global, String, bool, status::Kind),
     Gc(Global, String, bool, bool),
-    Revoke(Global, String, Option<String>),
+    Revoke(Global, String, Option<String>, bool),
     EnsembleUp(usize, Duration, Duration),
     Demo,
     Completions(clap_complete::Shell),
@@ -145,6 +145,7 @@ impl Job {
                         } else {
                             timeout
                         },
+                        no_wait,
                         format: format.unwrap_or(NodeFormat::Curator),
                         id,
                         grace,
@@ -201,11 +202,12 @@ impl Job {
             Command::Revoke {
                 lockpath,
                 node,
+                force,
                 remote,
             } => {
                 check_path(&lockpath)?;
                 let global = Global::from_args(remote, &outer)?;
-                Job::Revoke(global, lockpath, node)
+                Job::Revoke(global, lockpath, node, force)
             }
             Command::Gc {
                 path,
@@ -245,7 +247,9 @@ impl Job {
             }
             Job::Status(global, path, json, kind) => status::run(&global, &path, json, kind).await,
             Job::Gc(global, path, apply, json) => gc::run(&global, &path, apply, json).await,
-            Job::Revoke(global, path, node) => revoke::run(&global, &path, node.as_deref()).await,
+            Job::Revoke(global, path, node, force) => {
+                revoke::run(&global, &path, node.as_deref(), force).await
+            }
             Job::EnsembleUp(nodes, tick_time, max_session_timeout) => {
                 ensemble::up(nodes, tick_time, max_session_timeout).await
             }

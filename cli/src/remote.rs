@@ -136,11 +136,28 @@ impl Security {
     }
 }
 
+/// The session timeout asked for when --session-timeout is not given.
+const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Below this the client's reads time out before a server can answer (it gives each a
+/// fraction of the session timeout; 10ms failed on loopback, 50ms worked): refused (exit 2).
+const MIN_SESSION_TIMEOUT: Duration = Duration::from_millis(100);
+
+/// Below this no connect can complete: --connect-timeout is refused (exit 2).
+const MIN_CONNECT_TIMEOUT: Duration = Duration::from_millis(10);
+
+/// The connect timeout when --connect-timeout is not given is the session timeout asked
+/// for, but at least this.
+const MIN_DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+
 /// What every command that talks to ZooKeeper needs.
 #[derive(Debug, Clone)]
 pub(crate) struct Global {
     pub(crate) connect: String,
+    /// The session timeout to ask for; the servers may grant another.
     pub(crate) session_timeout: Duration,
+    /// Given with --session-timeout (not the default): a different grant is told.
+    pub(crate) session_timeout_asked: bool,
     pub(crate) connect_timeout: Option<Duration>,
     pub(crate) server_tick_time: Option<Duration>,
     pub(crate) security: Security,
@@ -156,11 +173,42 @@ impl Global {
             .connect
             .unwrap_or_else(|| "127.0.0.1:2181".to_string());
         zkfence::validate_connect_string(&connect)?;
+        if let Some(t) = connection
+            .session_timeout
+            .filter(|t| *t < MIN_SESSION_TIMEOUT)
+        {
+            return Err(Failure::new(
+                exit::USAGE,
+                format!(
+                    "--session-timeout {} cannot work: the client gives each answer a fraction \
+                     of it, and no handshake completes that fast (servers grant at least 2 \
+                     tickTimes anyway); ask for at least {}, e.g. 10s, and the servers clamp \
+                     it to their bounds",
+                    crate::duration::format(t),
+                    crate::duration::format(MIN_SESSION_TIMEOUT)
+                ),
+            ));
+        }
+        if let Some(t) = connection
+            .connect_timeout
+            .filter(|t| *t < MIN_CONNECT_TIMEOUT)
+        {
+            return Err(Failure::new(
+                exit::USAGE,
+                format!(
+                    "--connect-timeout {} cannot work: no connection and session handshake \
+                     completes that fast; give at least {}, e.g. 5s",
+                    crate::duration::format(t),
+                    crate::duration::format(MIN_CONNECT_TIMEOUT)
+                ),
+            ));
+        }
         Ok(Global {
             connect,
             session_timeout: connection
                 .session_timeout
-                .unwrap_or(Duration::from_secs(10)),
+                .unwrap_or(DEFAULT_SESSION_TIMEOUT),
+            session_timeout_asked: connection.session_timeout.is_some(),
             connect_timeout: connection.connect_timeout,
             server_tick_time: connection.server_tick_time,
             security,
@@ -170,15 +218,40 @@ impl Global {
     /// Connects a session, or fails with exit code 3 (2 for a bad connect string).
     pub(crate) async fn connect(&self) -> Result<Session, Failure> {
         let mut options = SessionOptions::new().session_timeout(self.session_timeout);
-        if let Some(t) = self.connect_timeout {
-            options = options.connect_timeout(t);
-        }
+        // The connect timeout defaults to the session timeout, but a tiny session timeout
+        // asked for is raised by the servers once connected: it must not cut the connect.
+        let connect_timeout = self
+            .connect_timeout
+            .unwrap_or(self.session_timeout.max(MIN_DEFAULT_CONNECT_TIMEOUT));
+        options = options.connect_timeout(connect_timeout);
         if let Some(tick) = self.server_tick_time {
             options = options.server_tick_time(tick);
         }
-        Session::connect(&self.connect, self.security.apply(options))
+        let session = Session::connect(&self.connect, self.security.apply(options))
             .await
-            .map_err(Failure::from)
+            .map_err(Failure::from)?;
+        self.tell_granted(session.session_timeout());
+        Ok(session)
+    }
+
+    /// Says on stderr, once per process, that the servers granted another session timeout
+    /// than the one asked for with --session-timeout: a crashed holder's lock frees after
+    /// the granted one, and only `-v` showed it.
+    fn tell_granted(&self, granted: Duration) {
+        static TOLD: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+        if !self.session_timeout_asked || granted == self.session_timeout {
+            return;
+        }
+        if TOLD.swap(true, std::sync::atomic::Ordering::Relaxed) {
+            return;
+        }
+        eprintln!(
+            "zkfence: the ensemble granted a session timeout of {}, not the {} asked for: its \
+             servers clamp it to their minSessionTimeout..maxSessionTimeout (2 to 20 \
+             tickTimes unless configured)",
+            crate::duration::format(granted),
+            crate::duration::format(self.session_timeout)
+        );
     }
 }
 

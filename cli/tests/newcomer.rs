@@ -103,7 +103,8 @@ async fn exec_keeps_cmd_arguments_out_of_node_data() {
         uuid::Uuid::new_v4().simple()
     ));
     let script = format!("touch {}; exec sleep 60", file.display());
-    let mut child = zkfence(&c, &["exec", &path, "sh", "-c", &script, secret])
+    let url = format!("DATABASE_URL={secret}");
+    let mut child = zkfence(&c, &["exec", &path, "env", &url, "sh", "-c", &script])
         .spawn()
         .unwrap();
     eventually(Duration::from_secs(20), "CMD runs", || {
@@ -124,7 +125,7 @@ async fn exec_keeps_cmd_arguments_out_of_node_data() {
         .as_str()
         .unwrap()
         .to_string();
-    assert!(id.ends_with(":sh"), "HOST:PROGRAM, as elect's: {id}");
+    assert!(id.ends_with(":env"), "HOST:PROGRAM, as elect's: {id}");
     // And the raw data, as zkCli's `get` shows it.
     let session = common::connect(&c, Duration::from_secs(4)).await;
     for node in common::children(&session, &path).await {
@@ -139,4 +140,187 @@ async fn exec_keeps_cmd_arguments_out_of_node_data() {
         );
     }
     child.kill().await.unwrap();
+}
+
+// ---- item 4 ------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn timeouts_that_cannot_work_are_refused_before_connecting() {
+    let c = shared_ensemble().connect_string();
+    for (flag, value) in [
+        ("--session-timeout", "0"),
+        ("--session-timeout", "1ms"),
+        ("--connect-timeout", "0"),
+        ("--connect-timeout", "1ms"),
+    ] {
+        let ran = run(zkfence(&c, &[flag, value, "status", "/x"]), RUN).await;
+        assert_eq!(ran.code, Some(2), "{flag} {value}: {}", ran.stderr);
+        assert!(
+            ran.stderr.contains(flag) && ran.stderr.contains("cannot work"),
+            "{flag} {value}: {}",
+            ran.stderr
+        );
+        assert!(
+            !ran.stderr.contains("could not reach"),
+            "not an unreachable ensemble: {}",
+            ran.stderr
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_clamped_session_timeout_is_told_once_and_shown_in_json() {
+    // The shared ensemble's tickTime is 200ms: sessions of 400ms to 4s.
+    let c = shared_ensemble().connect_string();
+    let path = unique_path("clamped");
+    for (asked, granted, granted_ms) in [("100ms", "400ms", 400), ("5m", "4s", 4000)] {
+        let ran = run(
+            zkfence(&c, &["--session-timeout", asked, "status", "--json", &path]),
+            RUN,
+        )
+        .await;
+        // A path nobody used: exit 66 (item 6), and the document still printed.
+        assert_eq!(ran.code, Some(66), "{asked}: {}", ran.stderr);
+        let told = format!("granted a session timeout of {granted}, not the {asked} asked for");
+        assert_eq!(
+            ran.stderr.matches(&told).count(),
+            1,
+            "{asked}: {}",
+            ran.stderr
+        );
+        let json: serde_json::Value = serde_json::from_str(&ran.stdout).unwrap();
+        assert_eq!(json["session_timeout_ms"], granted_ms, "{}", ran.stdout);
+    }
+    // Granted as asked: nothing said.
+    let ran = run(
+        zkfence(&c, &["--session-timeout", "2s", "status", &path]),
+        RUN,
+    )
+    .await;
+    assert!(!ran.stderr.contains("granted"), "{}", ran.stderr);
+}
+
+// ---- item 5 ------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn leader_does_not_call_its_candidacy_its_leadership() {
+    let c = shared_ensemble().connect_string();
+    let path = unique_path("led");
+    let session = common::connect(&c, Duration::from_secs(4)).await;
+    let first = session.election(&path).campaign("first").await.unwrap();
+    let second = session.election(&path);
+    let waiting = tokio::spawn(async move { second.campaign("second").await });
+    common::until_children(&session, &path, 2).await;
+    first.resign().await.unwrap();
+    let second = common::within(RUN, "second leads", waiting)
+        .await
+        .unwrap()
+        .unwrap();
+    let ran = run(zkfence(&c, &["leader", &path]), RUN).await;
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    let head = ran.stdout.lines().next().unwrap_or_default().to_string();
+    assert!(
+        head.starts_with(&format!("{path}: led by second"))
+            && head.contains("a candidate for")
+            && head.contains("leading for at most that long"),
+        "{head}"
+    );
+    second.resign().await.unwrap();
+}
+
+// ---- item 6 ------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn status_of_a_missing_path_says_so_with_exit_66() {
+    let c = shared_ensemble().connect_string();
+    let path = unique_path("typo");
+    for sub in ["status", "leader"] {
+        let ran = run(zkfence(&c, &[sub, &path]), RUN).await;
+        assert_eq!(ran.code, Some(66), "{sub}: {}", ran.stderr);
+        assert!(ran.stdout.contains("no such"), "{sub}: {}", ran.stdout);
+    }
+}
+
+#[tokio::test]
+async fn an_idle_semaphore_is_described_without_excuses_or_an_empty_table() {
+    let c = shared_ensemble().connect_string();
+    let path = unique_path("idle-semaphore");
+    let session = common::connect(&c, Duration::from_secs(4)).await;
+    // A semaphore's directories, persistent here so the servers' container sweep cannot
+    // remove them before we look.
+    for dir in [
+        "/test".to_string(),
+        path.clone(),
+        format!("{path}/locks"),
+        format!("{path}/leases"),
+    ] {
+        let made = session
+            .client()
+            .create(
+                &dir,
+                b"",
+                &zkfence::zookeeper_client::CreateMode::Persistent
+                    .with_acls(zkfence::zookeeper_client::Acls::anyone_all()),
+            )
+            .await;
+        assert!(
+            matches!(
+                made,
+                Ok(_) | Err(zkfence::zookeeper_client::Error::NodeExists)
+            ),
+            "{dir}: {made:?}"
+        );
+    }
+    let ran = run(zkfence(&c, &["status", &path]), RUN).await;
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    assert_eq!(
+        ran.stdout,
+        format!("{path}: semaphore, nobody holds it, nobody waiting\n")
+    );
+}
+
+#[tokio::test]
+async fn no_wait_messages_name_the_flag_given_and_the_writer_ahead() {
+    let c = shared_ensemble().connect_string();
+    let path = unique_path("said");
+    let mut holder = holding(&c, &["--id", "h", &path], "h").await;
+    let ran = run(zkfence(&c, &["exec", "--timeout", "0", &path, "true"]), RUN).await;
+    assert_eq!(ran.code, Some(75), "{}", ran.stderr);
+    assert!(
+        ran.stderr.contains("(--timeout 0)") && !ran.stderr.contains("--no-wait"),
+        "{}",
+        ran.stderr
+    );
+    holder.kill().await.unwrap();
+
+    // Readers hold, a writer waits: a new reader waits for the writer, and is told so.
+    let path = unique_path("writer-ahead");
+    let mut r1 = holding(&c, &["--shared", "--id", "r1", &path], "r1").await;
+    let mut writer = zkfence(&c, &["exec", "--id", "w", &path, "true"])
+        .spawn()
+        .unwrap();
+    let session = common::connect(&c, Duration::from_secs(4)).await;
+    common::until_children(&session, &path, 2).await;
+    let ran = run(
+        zkfence(&c, &["exec", "--no-wait", "--shared", &path, "true"]),
+        RUN,
+    )
+    .await;
+    assert_eq!(ran.code, Some(75), "{}", ran.stderr);
+    assert!(
+        ran.stderr.contains("r1")
+            && ran.stderr.contains("a writer waits ahead of us")
+            && ran.stderr.contains("w ("),
+        "{}",
+        ran.stderr
+    );
+    r1.kill().await.unwrap();
+    writer.kill().await.unwrap();
+}
+
+#[tokio::test]
+async fn an_out_of_range_port_is_called_that() {
+    let ran = run(zkfence("127.0.0.1:99999", &["status", "/x"]), RUN).await;
+    assert_eq!(ran.code, Some(2), "{}", ran.stderr);
+    assert!(ran.stderr.contains("out of range"), "{}", ran.stderr);
 }

@@ -134,7 +134,10 @@ impl Queue {
             kind,
             recipe: Recipe::of(kind),
             format: NodeFormat::default(),
-            owner: Owner::ThisProcess { id: None },
+            owner: Owner::ThisProcess {
+                id: None,
+                revocable: false,
+            },
             uuid: None,
             dir_valid: std::sync::OnceLock::new(),
         }
@@ -156,6 +159,14 @@ impl Queue {
 
     pub(crate) fn with_owner(mut self, owner: Owner) -> Queue {
         self.owner = owner;
+        self
+    }
+
+    /// Says in our owner data that we take revocation requests (raw data is left as given).
+    pub(crate) fn mark_revocable(mut self) -> Queue {
+        if let Owner::ThisProcess { revocable, .. } = &mut self.owner {
+            *revocable = true;
+        }
         self
     }
 
@@ -332,7 +343,7 @@ impl Queue {
         let shared = self.shared();
         if let Some(children) = shared.list(&self.dir).await? {
             if self.admission().blocked_by(&children) {
-                // Taken, or by another kind: that is said, not "taken".
+                // Taken, or by a semaphore: that is said, not "taken".
                 let listed = node::queue_order(children);
                 if let Some(conflict) = self.kind_conflict(&listed).await? {
                     return Err(conflict);
@@ -480,33 +491,16 @@ impl Queue {
         }
     }
 
-    /// Another kind of lock on our directory, as [`Error::KindConflict`], if the listing
-    /// `queue` shows one. A read/write lock's and a plain lock's nodes are named apart in
-    /// the listing itself, free; a semaphore's directories among the children (only then)
-    /// cost one read of both, for a holder or waiter below them.
+    /// A semaphore on our directory, as [`Error::KindConflict`], if the listing `queue`
+    /// shows its directories (only then: one read of both, for a holder or waiter below).
     ///
-    /// Checked on every listing after our create: of two kinds racing, each creates its
-    /// node before it lists, so the later listing shows the other (a semaphore lists our
-    /// directory after its node is in `locks/`, and keeps a node below until its lease ends).
+    /// Checked on every listing after our create: of a lock and a semaphore racing, each
+    /// creates its node before it lists, so the later listing shows the other (a semaphore
+    /// reads our directory after its node is in `locks/`, and keeps a node below until its
+    /// lease ends).
     async fn kind_conflict(&self, queue: &node::Ordered) -> Result<Option<Error>> {
         let ours = self.recipe.lock_kind();
-        if ours == LockKind::Semaphore {
-            return Ok(None);
-        }
-        let conflict = |theirs, node: String| {
-            tracing::warn!(path = %self.dir, %ours, %theirs, %node, "another kind of lock uses this path: refused");
-            Error::KindConflict {
-                path: self.dir.to_string(),
-                ours,
-                theirs,
-                node,
-            }
-        };
-        if let Some((theirs, index)) = queue.mix.conflict(ours) {
-            let node = format!("{}/{}", self.dir, queue[index].1);
-            return Ok(Some(conflict(theirs, node)));
-        }
-        if !queue.mix.semaphore {
+        if ours == LockKind::Semaphore || !queue.semaphore_below {
             return Ok(None);
         }
         let below = [
@@ -520,7 +514,14 @@ impl Queue {
                 .flatten()
                 .find(|name| node::sequence_of(name).is_some())
             {
-                return Ok(Some(conflict(LockKind::Semaphore, format!("{dir}/{name}"))));
+                let node = format!("{dir}/{name}");
+                tracing::warn!(path = %self.dir, %ours, %node, "a semaphore uses this path: refused");
+                return Ok(Some(Error::KindConflict {
+                    path: self.dir.to_string(),
+                    ours,
+                    theirs: LockKind::Semaphore,
+                    node,
+                }));
             }
         }
         Ok(None)
