@@ -186,6 +186,10 @@ pub(crate) enum Command {
     /// - SIGINT, SIGTERM and SIGHUP sent to zkfence go to CMD's whole group (SIGKILL follows
     ///   after --grace); the lock is released once the group is gone.
     ///
+    /// - run from a terminal's foreground, CMD's group gets the terminal while it runs (it
+    ///   may read it: psql, read), so Ctrl-C and Ctrl-Z go to CMD as they would without
+    ///   zkfence; zkfence takes the terminal back when the group is gone.
+    ///
     /// Examples:
     ///
     ///   zkfence exec /locks/backup ./backup.sh --full        one at a time, waiting in line

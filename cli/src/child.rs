@@ -81,6 +81,11 @@ impl Cmd {
         label: &str,
     ) -> Result<Cmd, Failure> {
         let name = argv[0].clone();
+        if crate::terminal::ours() {
+            // CMD's group will have the terminal (the supervisor gives it): our own notes
+            // on stderr must not stop us meanwhile.
+            crate::terminal::write_from_background();
+        }
         let Some(until) = lease.valid_until() else {
             return Err(Failure::new(
                 exit::LOST,

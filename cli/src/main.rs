@@ -28,6 +28,7 @@ mod signals;
 mod status;
 mod stdout;
 mod supervisor;
+mod terminal;
 
 use std::net::SocketAddr;
 use std::process::ExitCode;

@@ -324,3 +324,110 @@ async fn an_out_of_range_port_is_called_that() {
     assert_eq!(ran.code, Some(2), "{}", ran.stderr);
     assert!(ran.stderr.contains("out of range"), "{}", ran.stderr);
 }
+
+// ---- item 7 ------------------------------------------------------------------------------
+
+/// True if tmux runs here; in CI it must (install-deps installs it).
+fn have_tmux() -> bool {
+    let there = std::process::Command::new("tmux")
+        .arg("-V")
+        .output()
+        .is_ok();
+    assert!(
+        there || std::env::var_os("CI").is_none(),
+        "this test needs tmux (apt-get install tmux)"
+    );
+    there
+}
+
+/// A tmux session running `line` in a shell, killed when dropped.
+struct Tmux(String);
+
+impl Tmux {
+    fn start(line: &str) -> Tmux {
+        let name = format!("zkfence-{}", uuid::Uuid::new_v4().simple());
+        let started = std::process::Command::new("tmux")
+            .args([
+                "new-session",
+                "-d",
+                "-s",
+                &name,
+                "-x",
+                "200",
+                "-y",
+                "20",
+                line,
+            ])
+            .env_remove("ZKFENCE_CONNECT")
+            .status()
+            .unwrap();
+        assert!(started.success());
+        Tmux(name)
+    }
+
+    fn keys(&self, keys: &[&str]) {
+        let mut args = vec!["send-keys", "-t", &self.0];
+        args.extend_from_slice(keys);
+        assert!(std::process::Command::new("tmux")
+            .args(&args)
+            .status()
+            .unwrap()
+            .success());
+    }
+
+    fn screen(&self) -> String {
+        let out = std::process::Command::new("tmux")
+            .args(["capture-pane", "-p", "-t", &self.0])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("tmux")
+            .args(["kill-session", "-t", &self.0])
+            .status();
+    }
+}
+
+#[tokio::test]
+async fn a_cmd_that_reads_the_terminal_gets_it() {
+    if !have_tmux() {
+        return;
+    }
+    let c = shared_ensemble().connect_string();
+    let path = unique_path("tty");
+    let dir = std::env::temp_dir().join(format!("zkfence-tty-{}", uuid::Uuid::new_v4().simple()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (ready, got, rc) = (dir.join("ready"), dir.join("got"), dir.join("rc"));
+    // As an interactive shell would run it: zkfence in the terminal's foreground, CMD
+    // reading a line from it. Then zkfence's exit code, once the terminal is back.
+    let line = format!(
+        "{} --connect {c} exec {path} -- sh -c 'touch {}; read x; echo \"got $x\" > {}'; echo $? > {}; sleep 30",
+        process::bin(),
+        ready.display(),
+        got.display(),
+        rc.display()
+    );
+    let tmux = Tmux::start(&line);
+    eventually(Duration::from_secs(20), "CMD runs", || {
+        let ready = ready.clone();
+        async move { ready.exists() }
+    })
+    .await;
+    tmux.keys(&["hello", "Enter"]);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    while !rc.exists() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "CMD never read the terminal (stopped by SIGTTIN?): {}",
+            tmux.screen()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(std::fs::read_to_string(&got).unwrap(), "got hello\n");
+    assert_eq!(std::fs::read_to_string(&rc).unwrap().trim(), "0");
+    let _ = std::fs::remove_dir_all(&dir);
+}
