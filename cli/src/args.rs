@@ -11,7 +11,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 use zkfence::NodeFormat;
 
-use crate::{chaos, duration, exit};
+use crate::{chaos, duration, elect, exit};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -267,9 +267,10 @@ pub(crate) enum Command {
     /// holding the leadership's deadline): it is stopped before the next leader can start,
     /// also when zkfence is killed or frozen. On leadership loss CMD's group gets SIGTERM,
     /// and SIGKILL by the deadline (--grace, cut short as for `exec`), and zkfence campaigns
-    /// again; when CMD exits on its own, zkfence resigns and campaigns again. With --once it
-    /// leads at most once and exits with CMD's code (76 if leadership was lost). CMD sees
-    /// ZKFENCE_TOKEN, ZKFENCE_LOCK_PATH, ZKFENCE_NODE and ZKFENCE_LEADER_ID.
+    /// again; when CMD exits on its own, zkfence resigns and campaigns again (see --restart).
+    /// With --once it leads at most once and exits with CMD's code (76 if leadership was
+    /// lost). CMD sees ZKFENCE_TOKEN, ZKFENCE_LOCK_PATH, ZKFENCE_NODE and
+    /// ZKFENCE_LEADER_ID.
     ///
     /// Example: zkfence elect /election/scheduler --id "$(hostname)" ./scheduler
     ///
@@ -285,9 +286,17 @@ pub(crate) enum Command {
         /// ELECTIONPATH can read: put no secret in it.
         #[arg(long, value_name = "NAME", help_heading = "Election options")]
         id: Option<String>,
-        /// Lead at most once, then exit.
-        #[arg(long, help_heading = "Election options")]
+        /// Lead at most once, then exit with CMD's code (76 if leadership was lost): the same
+        /// as --restart never.
+        #[arg(long, conflicts_with = "restart", help_heading = "Election options")]
         once: bool,
+        /// When CMD ends on its own, campaign again to run it again: always; on-failure (a
+        /// non-zero exit or a signal; a clean exit ends zkfence with 0); or never (exit with
+        /// CMD's code). After a failure the next run waits 1s, doubling while it keeps
+        /// failing up to 1m (a run of 1m or more starts over at 1s). After leadership
+        /// was lost, always and on-failure campaign again at once, never exits 76.
+        #[arg(long, value_enum, default_value_t = elect::Restart::Always, value_name = "WHEN", help_heading = "Election options")]
+        restart: elect::Restart,
         /// How long CMD's group may take to exit after SIGTERM before it gets SIGKILL; cut to
         /// what the leadership has left when it is running out.
         #[arg(long, default_value = "5s", value_parser = duration::parse, value_name = "DUR", help_heading = "Election options")]

@@ -47,6 +47,8 @@ pub struct Cmd {
     name: String,
     /// A revocation was requested of a revocable lease, and CMD's group told.
     revoked: bool,
+    /// When CMD started.
+    started: Instant,
 }
 
 /// How CMD ended.
@@ -141,10 +143,12 @@ impl Cmd {
             pgid: 0,
             name,
             revoked: false,
+            started: Instant::now(),
         };
         match cmd.report().await {
             Some(line) if line.starts_with("started ") => {
                 cmd.pgid = line["started ".len()..].trim().parse().unwrap_or(0);
+                cmd.started = Instant::now();
                 Ok(cmd)
             }
             Some(line) if line.starts_with("failed ") => {
@@ -170,6 +174,11 @@ impl Cmd {
     /// True once a revocation request was passed on to CMD's group as SIGTERM.
     pub fn revoked(&self) -> bool {
         self.revoked
+    }
+
+    /// How long CMD has run (until now, or until it ended if asked then).
+    pub fn ran_for(&self) -> Duration {
+        self.started.elapsed()
     }
 
     /// The display name, for messages.

@@ -162,6 +162,7 @@ impl Job {
                 electionpath,
                 id,
                 once,
+                restart,
                 grace,
                 metrics_addr,
                 remote,
@@ -175,7 +176,7 @@ impl Job {
                     elect::Options {
                         path: electionpath,
                         id,
-                        once,
+                        restart: if once { elect::Restart::Never } else { restart },
                         grace,
                         cmd,
                     },

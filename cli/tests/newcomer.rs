@@ -431,3 +431,107 @@ async fn a_cmd_that_reads_the_terminal_gets_it() {
     assert_eq!(std::fs::read_to_string(&rc).unwrap().trim(), "0");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+// ---- item 8 ------------------------------------------------------------------------------
+
+/// Lines CMD appended to `log` so far.
+fn runs(log: &std::path::Path) -> usize {
+    std::fs::read_to_string(log).map_or(0, |t| t.lines().count())
+}
+
+#[tokio::test]
+async fn elect_restart_policy_stops_or_backs_off() {
+    let c = shared_ensemble().connect_string();
+    let dir =
+        std::env::temp_dir().join(format!("zkfence-restart-{}", uuid::Uuid::new_v4().simple()));
+    std::fs::create_dir_all(&dir).unwrap();
+
+    // on-failure, CMD succeeds: it ran once, zkfence exits 0.
+    let log = dir.join("clean");
+    let script = format!("echo run >> {}; exit 0", log.display());
+    let path = unique_path("restart-clean");
+    let args = [
+        "elect",
+        "--restart",
+        "on-failure",
+        &path,
+        "sh",
+        "-c",
+        &script,
+    ];
+    let ran = run(zkfence(&c, &args), RUN).await;
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    assert_eq!(runs(&log), 1);
+
+    // never, CMD fails: once, with CMD's code.
+    let log = dir.join("never");
+    let script = format!("echo run >> {}; exit 3", log.display());
+    let path = unique_path("restart-never");
+    let args = ["elect", "--restart", "never", &path, "sh", "-c", &script];
+    let ran = run(zkfence(&c, &args), RUN).await;
+    assert_eq!(ran.code, Some(3), "{}", ran.stderr);
+    assert_eq!(runs(&log), 1);
+
+    // on-failure, CMD keeps failing: again after 1s, then 2s; SIGTERM ends it.
+    let log = dir.join("failing");
+    let script = format!("echo run >> {}; exit 3", log.display());
+    let path = unique_path("restart-failing");
+    let args = [
+        "elect",
+        "--restart",
+        "on-failure",
+        &path,
+        "sh",
+        "-c",
+        &script,
+    ];
+    let child = zkfence(&c, &args).spawn().unwrap();
+    eventually(Duration::from_secs(30), "three runs", || {
+        let log = log.clone();
+        async move { runs(&log) >= 3 }
+    })
+    .await;
+    process::signal(&child, libc::SIGTERM);
+    let ran = process::finish(child, RUN).await;
+    assert!(
+        ran.stderr
+            .contains("exited with code 3: resigned leadership")
+            && ran
+                .stderr
+                .contains("campaigning again in 1s (--restart on-failure)")
+            && ran
+                .stderr
+                .contains("campaigning again in 2s (--restart on-failure)"),
+        "{}",
+        ran.stderr
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
+async fn elect_says_it_stopped_cmd_after_forwarding_a_signal() {
+    let c = shared_ensemble().connect_string();
+    let path = unique_path("elect-sigterm");
+    let ready = std::env::temp_dir().join(format!(
+        "zkfence-elect-ready-{}",
+        uuid::Uuid::new_v4().simple()
+    ));
+    let script = format!("touch {}; exec sleep 60", ready.display());
+    let child = zkfence(&c, &["elect", &path, "sh", "-c", &script])
+        .spawn()
+        .unwrap();
+    eventually(Duration::from_secs(20), "CMD runs", || {
+        let ready = ready.clone();
+        async move { ready.exists() }
+    })
+    .await;
+    process::signal(&child, libc::SIGTERM);
+    let ran = process::finish(child, RUN).await;
+    assert!(
+        ran.stderr
+            .contains("stopped after zkfence forwarded SIGTERM to its process group"),
+        "{}",
+        ran.stderr
+    );
+    let _ = std::fs::remove_file(&ready);
+}
