@@ -20,6 +20,7 @@ mod exec;
 mod exit;
 mod gc;
 mod generated;
+mod logging;
 mod metrics_endpoint;
 mod progress;
 mod remote;
@@ -41,22 +42,6 @@ use crate::args::{Cli, Command, EnsembleCommand, Remote};
 use crate::exit::Failure;
 use crate::remote::{check_path, Global};
 
-fn init_logging(verbose: u8, filter: Option<&str>) {
-    let default = match verbose {
-        0 => "error",
-        1 => "info",
-        2 => "debug",
-        _ => "trace",
-    };
-    let filter = tracing_subscriber::EnvFilter::try_new(filter.unwrap_or(default))
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_target(false)
-        .init();
-}
-
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().collect();
     if args.get(1).map(String::as_str) == Some(supervisor::MODE) {
@@ -67,7 +52,7 @@ fn main() -> ExitCode {
         std::process::exit(zkfence_testcontainers::chaos::contender_main(config));
     }
     let cli = Cli::parse();
-    init_logging(cli.verbose, cli.log_level.as_deref());
+    logging::init(cli.verbose, cli.log_level.as_deref());
     // Everything that needs no server is checked here, before the runtime and any connect:
     // a typo fails at once, also when the ensemble is unreachable.
     let job = match Job::of(cli) {

@@ -346,22 +346,34 @@ struct Tmux(String);
 impl Tmux {
     fn start(line: &str) -> Tmux {
         let name = format!("zkfence-{}", uuid::Uuid::new_v4().simple());
-        let started = std::process::Command::new("tmux")
-            .args([
-                "new-session",
-                "-d",
-                "-s",
-                &name,
-                "-x",
-                "200",
-                "-y",
-                "20",
-                line,
-            ])
-            .env_remove("ZKFENCE_CONNECT")
-            .status()
-            .unwrap();
-        assert!(started.success());
+        // A tmux server whose last session was just killed exits, and a new session asked
+        // of it meanwhile fails: ask again, a few times.
+        for attempt in 0.. {
+            let started = std::process::Command::new("tmux")
+                .args([
+                    "new-session",
+                    "-d",
+                    "-s",
+                    &name,
+                    "-x",
+                    "200",
+                    "-y",
+                    "20",
+                    line,
+                ])
+                .env_remove("ZKFENCE_CONNECT")
+                .output()
+                .unwrap();
+            if started.status.success() {
+                break;
+            }
+            assert!(
+                attempt < 20,
+                "tmux new-session: {}",
+                String::from_utf8_lossy(&started.stderr)
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
         Tmux(name)
     }
 
@@ -534,4 +546,51 @@ async fn elect_says_it_stopped_cmd_after_forwarding_a_signal() {
         ran.stderr
     );
     let _ = std::fs::remove_file(&ready);
+}
+
+// ---- item 9 ------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn log_lines_are_coloured_only_on_a_terminal_without_no_color() {
+    let c = shared_ensemble().connect_string();
+    let path = unique_path("colour");
+    // Into a pipe (or a file): plain text.
+    let ran = run(zkfence(&c, &["-v", "status", &path]), RUN).await;
+    assert!(ran.stderr.contains("INFO"), "{}", ran.stderr);
+    assert!(
+        !ran.stderr.contains('\x1b'),
+        "escape codes in a pipe: {:?}",
+        ran.stderr
+    );
+    if !have_tmux() {
+        return;
+    }
+    // On a terminal: coloured, unless NO_COLOR says otherwise.
+    for (no_color, coloured) in [("", true), ("NO_COLOR=1 ", false)] {
+        let done =
+            std::env::temp_dir().join(format!("zkfence-colour-{}", uuid::Uuid::new_v4().simple()));
+        let line = format!(
+            "{no_color}{} --connect {c} -v status {path}; touch {}; sleep 30",
+            process::bin(),
+            done.display()
+        );
+        let tmux = Tmux::start(&line);
+        eventually(Duration::from_secs(20), "zkfence ran", || {
+            let done = done.clone();
+            async move { done.exists() }
+        })
+        .await;
+        let out = std::process::Command::new("tmux")
+            .args(["capture-pane", "-e", "-p", "-t", &tmux.0])
+            .output()
+            .unwrap();
+        let screen = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(screen.contains("INFO"), "{screen}");
+        assert_eq!(
+            screen.contains('\x1b'),
+            coloured,
+            "{no_color:?}: {screen:?}"
+        );
+        let _ = std::fs::remove_file(&done);
+    }
 }
