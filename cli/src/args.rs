@@ -315,27 +315,29 @@ pub(crate) enum Command {
     /// Show who holds the lock LOCKPATH and who waits, in queue order: every holder of a
     /// read/write lock (shared readers) or of a semaphore (`exec --limit`), with its kind.
     ///
-    /// Says so when LOCKPATH does not exist, or holds lock directories rather than
-    /// contenders. --json prints the document described in the README ("JSON output").
-    #[command(after_long_help = exit::HELP)]
+    /// Says so when LOCKPATH does not exist (exit 66), or holds lock directories rather than
+    /// contenders. --json prints one JSON document, described below.
+    #[command(after_long_help = with_json(STATUS_JSON))]
     Status {
         /// The lock directory.
         lockpath: String,
-        /// Print JSON: {"path", "exists", "kind", "limit", "holders": [CONTENDER...],
-        /// "waiters": [CONTENDER...]} (and "children" for a directory of lock directories).
+        /// Print JSON (the document is described at the end of --help).
         #[arg(long)]
         json: bool,
         #[command(flatten)]
         remote: Remote,
     },
 
-    /// Show the leader of the election ELECTIONPATH and the candidates behind it.
-    #[command(after_long_help = exit::HELP)]
+    /// Show the leader of the election ELECTIONPATH, what it proclaimed, and the candidates
+    /// behind it.
+    ///
+    /// How long the leader has led is not recorded in ZooKeeper: its node's age (since it
+    /// joined the election) is shown, an upper bound. Exit 66 if ELECTIONPATH does not exist.
+    #[command(after_long_help = with_json(LEADER_JSON))]
     Leader {
         /// The election directory.
         electionpath: String,
-        /// Print JSON: {"path", "exists", "leader": CONTENDER|null, "candidates":
-        /// [CONTENDER...]}.
+        /// Print JSON (the document is described at the end of --help).
         #[arg(long)]
         json: bool,
         #[command(flatten)]
@@ -387,8 +389,10 @@ pub(crate) enum Command {
         /// Remove them (the default only lists them).
         #[arg(long)]
         apply: bool,
-        /// Print JSON: {"path", "exists", "applied", "empty": [PATH...], "removed":
-        /// [PATH...], "kept": [{"path", "reason"}...]}.
+        /// Print JSON: {"path": string, "exists": bool, "applied": bool, "empty":
+        /// [string...], "removed": [string...], "kept": [{"path": string, "reason":
+        /// string}...]}; `empty`, deepest first, is what was found; `removed` stays empty
+        /// without --apply.
         #[arg(long)]
         json: bool,
         #[command(flatten)]
@@ -487,4 +491,60 @@ fn parse_auth(s: &str) -> Result<String, String> {
         return Err("expected digest:USER with a user name".into());
     }
     Ok(user.to_string())
+}
+
+/// A contender in every `--json` document: the one description of it, shown by `status
+/// --help` and `leader --help` and their man pages (and the guide's CLI page, which a test
+/// compares).
+pub(crate) const JSON_CONTENDER: &str = r#"A CONTENDER is:
+
+{"node": string,          full path of its queue node
+ "token": integer,        the fencing token, the node's creation zxid (below 2^63)
+ "sequence": integer,     the node's sequence number (32-bit signed), the queue order
+ "session_id": string,    the owning ZooKeeper session in hex, "0x1000000a2b30001"
+ "owner": {"id": string|null, "host": string|null, "pid": integer|null},
+ "revocation_requested": bool,  someone asked this holder to let go (zkfence revoke);
+                          a zkfence holder's owner is kept; Curator's Revoker overwrites
+                          other clients' owner data, whose fields are then null
+ "mode": "exclusive" | "shared" | "permit",
+ "age_ms": integer}       time since the node was created (server clock against ours):
+                          since it joined the queue, not since it holds or leads"#;
+
+/// `status --json`'s document.
+pub(crate) const STATUS_JSON: &str = r#"JSON output (--json), one document on stdout:
+
+{"path": string,
+ "exists": bool,          false when nothing is at the path (exit 66)
+ "kind": "lock" | "read-write" | "semaphore" | "directory" | null,
+                          null when the path does not exist or nobody queued there
+ "limit": integer|null,   a semaphore's N, as its holders recorded it
+ "holders": [CONTENDER...],
+ "waiters": [CONTENDER...],
+ "session_timeout_ms": integer,  the session timeout the servers granted: what
+                          --session-timeout becomes on this ensemble
+ "children": [string...]} only when "kind" is "directory""#;
+
+/// `leader --json`'s document.
+pub(crate) const LEADER_JSON: &str = r#"JSON output (--json), one document on stdout:
+
+{"path": string,
+ "exists": bool,          false when nothing is at the path (exit 66)
+ "leader": CONTENDER|null,
+ "proclaimed": string|null,  the leader's Leadership::proclaim value as text (invalid
+                          UTF-8 replaced); the text form prints it after "led by"
+ "candidates": [CONTENDER...],
+ "session_timeout_ms": integer}  the session timeout the servers granted"#;
+
+/// A subcommand's JSON document, the contender's, then the exit codes: its long help's end.
+fn with_json(document: &str) -> String {
+    format!("{document}\n\n{JSON_CONTENDER}\n\n{}", exit::HELP)
+}
+
+/// The JSON documents a subcommand's man page describes, as `--help` ends with them.
+pub(crate) fn json_of(subcommand: &str) -> Option<[&'static str; 2]> {
+    match subcommand {
+        "status" => Some([STATUS_JSON, JSON_CONTENDER]),
+        "leader" => Some([LEADER_JSON, JSON_CONTENDER]),
+        _ => None,
+    }
 }

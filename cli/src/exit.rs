@@ -46,8 +46,8 @@ Exit codes:
            violation)
   2        usage error: bad arguments, path or connect string, a TLS file that cannot be
            used, a plaintext connection to a TLS port, a --limit other than the holders',
-           or another kind of lock on the path (a semaphore, --shared, plain; nothing was
-           run); checked before connecting where no server is needed
+           or a semaphore (--limit) and a lock on one path (nothing was run); checked
+           before connecting where no server is needed
   3        ZooKeeper unreachable (every server refused, did not resolve, or did not answer
            within --connect-timeout), or the session was closed; an expired session is
            survived: exec queues again, elect campaigns again

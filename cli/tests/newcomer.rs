@@ -594,3 +594,108 @@ async fn log_lines_are_coloured_only_on_a_terminal_without_no_color() {
         let _ = std::fs::remove_file(&done);
     }
 }
+
+// ---- item 10 -----------------------------------------------------------------------------
+
+/// `zkfence man ARGS...` rendered as man(1) shows it (groff), as plain text.
+async fn man_page(args: &[&str]) -> String {
+    let mut all = vec!["man"];
+    all.extend_from_slice(args);
+    let ran = run(zkfence("unused:1", &all), RUN).await;
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    let file = std::env::temp_dir().join(format!("zkfence-{}.1", uuid::Uuid::new_v4().simple()));
+    std::fs::write(&file, &ran.stdout).unwrap();
+    let rendered = std::process::Command::new("groff")
+        .args(["-man", "-Tutf8", "-P-cbou"])
+        .arg(&file)
+        .env("MANWIDTH", "100")
+        .output();
+    let _ = std::fs::remove_file(&file);
+    let rendered = match rendered {
+        Ok(out) if out.status.success() => out.stdout,
+        _ => {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "this test needs groff (apt-get install groff-base)"
+            );
+            eprintln!("skipping the rendering: groff missing");
+            return ran.stdout;
+        }
+    };
+    String::from_utf8_lossy(&rendered).into_owned()
+}
+
+/// The lines of the section `title` of a rendered page.
+fn section_of(page: &str, title: &str) -> Vec<String> {
+    page.lines()
+        .skip_while(|l| l.trim() != title)
+        .skip(1)
+        .take_while(|l| l.is_empty() || l.starts_with(' '))
+        // Filled text is justified with extra spaces: compare words.
+        .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+        .collect()
+}
+
+#[tokio::test]
+async fn man_pages_keep_the_tables_and_name_the_commands_as_typed() {
+    let exit_table = run(zkfence("unused:1", &["--help"]), RUN).await.stdout;
+    let exit_table: Vec<String> = exit_table
+        .lines()
+        .skip_while(|l| *l != "Exit codes:")
+        .skip(1)
+        .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+        .collect();
+    assert!(exit_table.len() > 10, "{exit_table:?}");
+
+    let top = man_page(&[]).await;
+    assert!(
+        !top.contains("zkfence-help"),
+        "a page that does not exist: {top}"
+    );
+    for sub in ["exec", "elect", "status", "leader", "revoke", "gc"] {
+        assert!(top.contains(&format!("zkfence-{sub}(1)")), "{top}");
+        let page = man_page(&[sub]).await;
+        let synopsis = section_of(&page, "SYNOPSIS").join(" ");
+        assert!(
+            synopsis.starts_with(&format!("zkfence {sub} ")),
+            "{sub}: {synopsis}"
+        );
+        // Line for line, not reflowed into a paragraph.
+        let exit = section_of(&page, "EXIT STATUS");
+        assert_eq!(
+            exit.iter().filter(|l| !l.is_empty()).collect::<Vec<_>>(),
+            exit_table
+                .iter()
+                .filter(|l| !l.is_empty())
+                .collect::<Vec<_>>(),
+            "{sub}'s EXIT STATUS"
+        );
+    }
+    assert_eq!(
+        section_of(&top, "EXIT STATUS")
+            .into_iter()
+            .filter(|l| !l.is_empty())
+            .collect::<Vec<_>>(),
+        exit_table
+            .iter()
+            .filter(|l| !l.is_empty())
+            .cloned()
+            .collect::<Vec<_>>()
+    );
+
+    // The JSON documents are in the help and the pages themselves, not "in the README".
+    for sub in ["status", "leader"] {
+        let help = run(zkfence("unused:1", &[sub, "--help"]), RUN).await.stdout;
+        assert!(!help.contains("README"), "{sub} --help: {help}");
+        assert!(help.contains("A CONTENDER is:"), "{sub} --help: {help}");
+        let json = section_of(&man_page(&[sub]).await, "JSON OUTPUT").join("\n");
+        assert!(
+            json.contains("\"revocation_requested\": bool"),
+            "{sub}: {json}"
+        );
+    }
+    let leader = run(zkfence("unused:1", &["leader", "--help"]), RUN)
+        .await
+        .stdout;
+    assert!(leader.contains("\"proclaimed\""), "{leader}");
+}

@@ -831,7 +831,7 @@ async fn completions_and_man_pages_are_generated_from_the_definitions() {
             "lists {sub}:\n{listed}"
         );
     }
-    assert!(man.stdout.contains("Exit codes:"), "{}", man.stdout);
+    assert!(man.stdout.contains(".SH \"EXIT STATUS\""), "{}", man.stdout);
     let exec = run(zkfence_bare(&["man", "exec"]), Duration::from_secs(10)).await;
     assert_eq!(exec.code, Some(0), "{}", exec.stderr);
     assert!(
