@@ -458,10 +458,20 @@ pub(crate) enum Command {
 pub(crate) enum EnsembleCommand {
     /// Start an ensemble, print its connect string (the first line of stdout), and run until
     /// Ctrl-C or SIGTERM, then stop it.
+    ///
+    /// Prints a table of its servers on stderr (server, client port, pid, role: leader,
+    /// follower or standalone), and says so when one of them exits meanwhile (for a failover
+    /// drill: `kill PID` of the leader, and watch the others elect a new one with `zkfence
+    /// status`).
     Up {
         /// Number of servers.
         #[arg(long, default_value_t = 3)]
         nodes: usize,
+        /// Serve server N's clients on 127.0.0.1 port PORT+N-1 (PORT, PORT+1, ...) instead of
+        /// free ports picked at random between 10000 and the kernel's ephemeral range;
+        /// refused if one is taken. The servers' own links use a random 127.x.y.z address.
+        #[arg(long, value_name = "PORT", value_parser = clap::value_parser!(u16).range(1..))]
+        base_port: Option<u16>,
         /// ZooKeeper's tickTime: sessions may be as short as 2 ticks.
         #[arg(long, default_value = "200ms", value_parser = duration::parse, value_name = "DUR")]
         tick_time: Duration,

@@ -92,7 +92,7 @@ enum Job {
     Status(Global, String, bool, status::Kind),
     Gc(Global, String, bool, bool),
     Revoke(Global, String, Option<String>, bool),
-    EnsembleUp(usize, Duration, Duration),
+    EnsembleUp(ensemble::Options),
     Demo,
     Completions(clap_complete::Shell),
     Man(Option<String>),
@@ -208,9 +208,15 @@ impl Job {
             }
             Command::Ensemble(EnsembleCommand::Up {
                 nodes,
+                base_port,
                 tick_time,
                 max_session_timeout,
-            }) => Job::EnsembleUp(nodes, tick_time, max_session_timeout),
+            }) => Job::EnsembleUp(ensemble::Options {
+                nodes,
+                base_port,
+                tick_time,
+                max_session_timeout,
+            }),
             Command::Demo => Job::Demo,
             Command::Completions { shell } => Job::Completions(shell),
             Command::Man { subcommand } => Job::Man(subcommand),
@@ -237,9 +243,7 @@ impl Job {
             Job::Revoke(global, path, node, force) => {
                 revoke::run(&global, &path, node.as_deref(), force).await
             }
-            Job::EnsembleUp(nodes, tick_time, max_session_timeout) => {
-                ensemble::up(nodes, tick_time, max_session_timeout).await
-            }
+            Job::EnsembleUp(options) => ensemble::up(options).await,
             Job::Demo => demo::run().await,
             Job::Completions(shell) => generated::completions(shell),
             Job::Man(subcommand) => generated::man(subcommand.as_deref()),

@@ -699,3 +699,102 @@ async fn man_pages_keep_the_tables_and_name_the_commands_as_typed() {
         .stdout;
     assert!(leader.contains("\"proclaimed\""), "{leader}");
 }
+
+// ---- item 11 -----------------------------------------------------------------------------
+
+/// Three consecutive free ports on 127.0.0.1 (free when looked at).
+fn free_base_port() -> u16 {
+    loop {
+        let base = 20_000 + (uuid::Uuid::new_v4().as_u128() % 8_000) as u16;
+        let free = (0..3).all(|i| std::net::TcpListener::bind(("127.0.0.1", base + i)).is_ok());
+        if free {
+            return base;
+        }
+    }
+}
+
+/// Reads `lines` into `seen` until one satisfies `until` (at most 30 s); returns all seen.
+async fn read_until<R: tokio::io::AsyncBufRead + Unpin>(
+    lines: &mut tokio::io::Lines<R>,
+    seen: &mut Vec<String>,
+    until: impl Fn(&str) -> bool,
+) -> Vec<String> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let line = tokio::time::timeout_at(deadline, lines.next_line())
+            .await
+            .unwrap_or_else(|_| panic!("stderr so far: {seen:#?}"))
+            .unwrap()
+            .unwrap_or_else(|| panic!("stderr ended: {seen:#?}"));
+        seen.push(line.clone());
+        if until(&line) {
+            return seen.clone();
+        }
+    }
+}
+
+#[tokio::test]
+async fn ensemble_up_shows_its_servers_takes_a_base_port_and_reports_one_that_died() {
+    use tokio::io::AsyncBufReadExt;
+    let base = free_base_port();
+    let base_arg = base.to_string();
+    let mut up = zkfence(
+        "unused:1",
+        &["ensemble", "up", "--nodes", "3", "--base-port", &base_arg],
+    )
+    .spawn()
+    .unwrap();
+    let connect = process::next_line(&mut up, Duration::from_secs(90)).await;
+    assert_eq!(
+        connect,
+        format!(
+            "127.0.0.1:{base},127.0.0.1:{},127.0.0.1:{}",
+            base + 1,
+            base + 2
+        )
+    );
+    let mut stderr = tokio::io::BufReader::new(up.stderr.take().unwrap()).lines();
+    let mut seen = Vec::new();
+    let lines = read_until(&mut stderr, &mut seen, |l| l.contains("ensemble up")).await;
+    let rows: Vec<Vec<String>> = lines
+        .iter()
+        .map(|l| l.split_whitespace().map(str::to_string).collect::<Vec<_>>())
+        .filter(|w| w.len() == 4 && w[0].parse::<u32>().is_ok())
+        .collect();
+    assert_eq!(rows.len(), 3, "{lines:#?}");
+    for (i, row) in rows.iter().enumerate() {
+        assert_eq!(row[0], (i + 1).to_string());
+        assert_eq!(row[1], (base + i as u16).to_string());
+        assert!(row[2].parse::<u32>().is_ok(), "a pid: {row:?}");
+    }
+    let leaders: Vec<&Vec<String>> = rows.iter().filter(|r| r[3] == "leader").collect();
+    assert_eq!(leaders.len(), 1, "{lines:#?}");
+    // A failover drill: kill the leader.
+    let pid: i32 = leaders[0][2].parse().unwrap();
+    let server = leaders[0][0].clone();
+    // SAFETY: kill(2) on the server's JVM, which this test's ensemble started.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+    let told = format!("server {server} (127.0.0.1:");
+    let lines = read_until(&mut stderr, &mut seen, |l| {
+        l.starts_with(&format!("zkfence: {told}"))
+    })
+    .await;
+    assert!(
+        lines
+            .last()
+            .unwrap()
+            .contains(&format!("pid {pid}) exited")),
+        "{lines:#?}"
+    );
+    process::signal(&up, libc::SIGTERM);
+    let ran = process::finish(up, Duration::from_secs(60)).await;
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    // Nothing of it is left: no server is listening on its ports.
+    for i in 0..3 {
+        assert!(
+            std::net::TcpStream::connect(("127.0.0.1", base + i)).is_err(),
+            "port {} still served",
+            base + i
+        );
+    }
+}
