@@ -798,3 +798,57 @@ async fn ensemble_up_shows_its_servers_takes_a_base_port_and_reports_one_that_di
         );
     }
 }
+
+// ---- item 12 -----------------------------------------------------------------------------
+
+#[tokio::test]
+async fn a_windowed_recheck_keeps_the_whole_timeline() {
+    let dir =
+        std::env::temp_dir().join(format!("zkfence-recheck-{}", uuid::Uuid::new_v4().simple()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let history = dir.join("history.jsonl");
+    // A real campaign's history, as the README's chaos section shows it.
+    let gz = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../docs/chaos-history-2027b.jsonl.gz"
+    );
+    let unzipped = std::process::Command::new("gzip")
+        .args(["-dc", gz])
+        .output()
+        .unwrap();
+    assert!(unzipped.status.success());
+    std::fs::write(&history, unzipped.stdout).unwrap();
+    let history_arg = history.display().to_string();
+    let whole = run(
+        zkfence("unused:1", &["chaos", "--check", &history_arg]),
+        RUN,
+    )
+    .await;
+    assert_eq!(whole.code, Some(0), "{}", whole.stderr);
+    let timeline = dir.join("timeline.svg");
+    let before = std::fs::read(&timeline).unwrap();
+    let windowed = run(
+        zkfence(
+            "unused:1",
+            &["chaos", "--check", &history_arg, "--window", "40s..160s"],
+        ),
+        RUN,
+    )
+    .await;
+    assert_eq!(windowed.code, Some(0), "{}", windowed.stderr);
+    let window = dir.join("timeline-40s-160s.svg");
+    assert!(
+        windowed
+            .stdout
+            .contains(&format!("timeline: {}", window.display())),
+        "{}",
+        windowed.stdout
+    );
+    assert!(window.exists(), "{}", windowed.stdout);
+    assert_eq!(
+        std::fs::read(&timeline).unwrap(),
+        before,
+        "the whole timeline was overwritten"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
