@@ -224,6 +224,13 @@ pub fn validate_connect_string(connect: &str) -> Result<()> {
 /// Re-export of the underlying client crate, for [`Session::client`] and ACL types.
 pub use zookeeper_client;
 
+// The README's Rust blocks are doctests: every item they name must exist, and they must
+// compile as shown. Its TLS, SASL and metrics examples need those features, which `cargo
+// test --workspace --doc` (CI) has.
+#[cfg(all(doctest, feature = "tls", feature = "sasl", feature = "metrics"))]
+#[doc = include_str!("../README.md")]
+mod readme {}
+
 #[cfg(test)]
 mod tests {
     #[test]
