@@ -168,7 +168,7 @@ mod telemetry;
 pub mod guide;
 
 pub use election::{Election, LeaderChanges, LeaderInfo, LeaderTask, Leadership};
-pub use error::{ConnectFailure, Error, LossReason, Result, ServerFailure};
+pub use error::{ConnectFailure, Error, LockKind, LossReason, Result, ServerFailure};
 pub use fence::{Fence, StaleToken};
 pub use lease::{Lease, LeaseState};
 pub use lock::Lock;
@@ -232,6 +232,13 @@ pub fn validate_connect_string(connect: &str) -> Result<()> {
 
 /// Re-export of the underlying client crate, for [`Session::client`] and ACL types.
 pub use zookeeper_client;
+
+// The README's Rust blocks are doctests: every item they name must exist, and they must
+// compile as shown. Its TLS, SASL and metrics examples need those features, which `cargo
+// test --workspace --doc` (CI) has.
+#[cfg(all(doctest, feature = "tls", feature = "sasl", feature = "metrics"))]
+#[doc = include_str!("../README.md")]
+mod readme {}
 
 #[cfg(test)]
 mod tests {

@@ -41,6 +41,16 @@ impl Recipe {
             Kind::Lease { .. } => Recipe::Semaphore,
         }
     }
+
+    /// What this recipe's nodes make a directory, for [`Error::KindConflict`](crate::Error::KindConflict).
+    pub(crate) fn lock_kind(self) -> crate::LockKind {
+        match self {
+            Recipe::Lock | Recipe::Multi => crate::LockKind::Lock,
+            Recipe::Read | Recipe::Write => crate::LockKind::ReadWrite,
+            Recipe::Semaphore => crate::LockKind::Semaphore,
+            Recipe::Election => crate::LockKind::Election,
+        }
+    }
 }
 
 /// What a metric is labelled with: the recipe, and the lock path where that is wanted.

@@ -199,10 +199,14 @@ pub fn main(args: &[String]) -> ! {
         );
         std::process::exit(0);
     }
-    let child = std::process::Command::new(&a.cmd[0])
-        .args(&a.cmd[1..])
-        .process_group(0)
-        .spawn();
+    let mut command = std::process::Command::new(&a.cmd[0]);
+    command.args(&a.cmd[1..]).process_group(0);
+    // In the terminal's foreground, CMD's group takes it (it may read it), until it is gone.
+    let terminal = crate::terminal::ours();
+    if terminal {
+        crate::terminal::give_to(&mut command);
+    }
+    let child = command.spawn();
     let pid = match child {
         Ok(child) => child.id() as i32,
         Err(e) => {
@@ -235,6 +239,7 @@ pub fn main(args: &[String]) -> ! {
         killed: false,
         kill_at: None,
         leader: None,
+        terminal,
     };
     run(&mut s, &mut sock, wake, a.parent)
 }
@@ -306,9 +311,18 @@ struct State {
     kill_at: Option<Instant>,
     /// CMD's own wait status, once reaped.
     leader: Option<i32>,
+    /// CMD's group was given the terminal (`terminal.rs`): it is taken back when it ends.
+    terminal: bool,
 }
 
 impl State {
+    /// Gives the terminal back to zkfence's group, if CMD's group had it.
+    fn release_terminal(&self) {
+        if self.terminal {
+            crate::terminal::take_back();
+        }
+    }
+
     fn signal_group(&self, sig: i32) {
         // SAFETY: kill(2) on a process group we created; while any member lives (we check
         // before stopping), the id cannot be reused.
@@ -463,11 +477,13 @@ fn run(s: &mut State, sock: &mut UnixStream, wake: i32, parent: i32) -> ! {
                 sock,
                 &format!("done {} {}", how_ended(status), Why::Foreign.word()),
             );
+            s.release_terminal();
             std::process::exit(0);
         }
         if let Some(status) = s.leader {
             if !s.group_alive() {
                 let why = s.stopping.unwrap_or(Why::Exited);
+                s.release_terminal();
                 send(sock, &format!("done {} {}", how_ended(status), why.word()));
                 std::process::exit(0);
             }

@@ -30,7 +30,7 @@ use super::kept::KeptQueue;
 
 /// A directory's children in queue order (sequence order, right across the counter's wrap),
 /// sorted once and shared by every waiter that reads it.
-pub(crate) type QueueListing = Arc<Vec<(i32, String)>>;
+pub(crate) type QueueListing = Arc<node::Ordered>;
 
 /// The answer to one listing: `None` when the directory does not exist.
 pub(crate) type Listed = std::result::Result<Option<QueueListing>, zk::Error>;
