@@ -10,7 +10,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use super::peers::PeerLinks;
-use super::ports::{random_loopback_ip, reserve_ports};
+use super::ports::{random_loopback_ip, reserve_ports, reserve_ports_from};
 use super::{Ensemble, Node};
 use crate::HarnessError;
 
@@ -31,6 +31,9 @@ pub(super) struct ServerSettings {
     pub(super) jvm_props: Vec<(String, String)>,
     /// Whether every node also serves TLS on a `secureClientPort`.
     pub(super) secure: bool,
+    /// Node `i`'s client port is this plus `i` (then the secure ports follow), instead of
+    /// free ports picked at random.
+    pub(super) client_port_base: Option<u16>,
 }
 
 impl Ensemble {
@@ -45,11 +48,22 @@ impl Ensemble {
     ) -> Result<(Vec<Node>, Option<PeerLinks>), HarnessError> {
         // The listeners hold the ports until the servers are about to be spawned.
         let mut taken = HashSet::new();
-        let clients = reserve_ports(Ipv4Addr::LOCALHOST, n, &mut taken)?;
-        let secure_clients = if settings.secure {
-            reserve_ports(Ipv4Addr::LOCALHOST, n, &mut taken)?
-        } else {
-            Vec::new()
+        let (clients, secure_clients) = match settings.client_port_base {
+            Some(base) => {
+                let secure = if settings.secure { n } else { 0 };
+                let mut all = reserve_ports_from(Ipv4Addr::LOCALHOST, base, n + secure)?;
+                let secure_clients = all.split_off(n);
+                (all, secure_clients)
+            }
+            None => {
+                let clients = reserve_ports(Ipv4Addr::LOCALHOST, n, &mut taken)?;
+                let secure_clients = if settings.secure {
+                    reserve_ports(Ipv4Addr::LOCALHOST, n, &mut taken)?
+                } else {
+                    Vec::new()
+                };
+                (clients, secure_clients)
+            }
         };
         let peer_ip = if n > 1 {
             random_loopback_ip()
