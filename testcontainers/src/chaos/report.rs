@@ -79,6 +79,20 @@ impl Report {
         (committed, refused)
     }
 
+    /// How long after an operator's delete of their node (`delete-holder`) the holders heard
+    /// `Lost`, from the delete's answer (zero if they heard before it); holds that ended
+    /// otherwise (released as planned, a process killed) are not counted.
+    pub fn told_after_delete(&self) -> Vec<Duration> {
+        let mut delays: Vec<Duration> = check::holds(&self.history)
+            .iter()
+            .filter(|h| h.ended_by.starts_with("lost"))
+            .filter_map(|h| h.deleted_us.map(|d| h.end_us.saturating_sub(d)))
+            .map(Duration::from_micros)
+            .collect();
+        delays.sort();
+        delays
+    }
+
     /// Writes the register accepted.
     pub fn accepted_writes(&self) -> usize {
         self.count(|e| matches!(e, Event::WriteAccepted { .. }))
@@ -193,6 +207,15 @@ impl Report {
             (0, 0) => String::new(),
             (served, refused) => format!(", {served} reads served, {refused} late reads refused"),
         };
+        let told = self.told_after_delete();
+        let told = match told.last() {
+            None => String::new(),
+            Some(max) => format!(
+                ", {} deleted holders told within {} ms",
+                told.len(),
+                max.as_millis()
+            ),
+        };
         let zk = match self.zk_writes() {
             (0, 0) => String::new(),
             (committed, refused) => format!(
@@ -201,7 +224,7 @@ impl Report {
         };
         format!(
             "zkfence chaos: seed {}, {}s: {} grants{by_recipe}, {} writes accepted, {} late \
-             writes refused{reads}{zk}{postgres}, {} faults ({}), {} skipped{restarts}, {} \
+             writes refused{reads}{zk}{postgres}{told}, {} faults ({}), {} skipped{restarts}, {} \
              violations",
             self.seed,
             self.duration.as_secs(),

@@ -64,20 +64,24 @@ type Open = HashMap<(usize, String), Hold>;
 
 pub(super) fn holds_of(h: &[Record]) -> Vec<Hold> {
     let mut open: Open = HashMap::new();
-    let mut done = Vec::new();
-    let mut close =
-        |open: &mut Open, key: (usize, String), i: usize, by: &str, token: Option<u64>| {
-            let matches = open
-                .get(&key)
-                .is_some_and(|o| token.map_or(true, |t| o.token == t));
-            if matches {
-                let mut hold = open.remove(&key).expect("checked");
-                hold.end_us = h[i].t_us;
-                hold.end_index = i;
-                hold.ended_by = by.to_string();
-                done.push(hold);
-            }
-        };
+    let mut done: Vec<Hold> = Vec::new();
+    let close = |open: &mut Open,
+                 done: &mut Vec<Hold>,
+                 key: (usize, String),
+                 i: usize,
+                 by: &str,
+                 token: Option<u64>| {
+        let matches = open
+            .get(&key)
+            .is_some_and(|o| token.map_or(true, |t| o.token == t));
+        if matches {
+            let mut hold = open.remove(&key).expect("checked");
+            hold.end_us = h[i].t_us;
+            hold.end_index = i;
+            hold.ended_by = by.to_string();
+            done.push(hold);
+        }
+    };
     let of_client = |open: &Open, client: usize| -> Vec<(usize, String)> {
         open.keys().filter(|k| k.0 == client).cloned().collect()
     };
@@ -95,7 +99,7 @@ pub(super) fn holds_of(h: &[Record]) -> Vec<Hold> {
                 ..
             } => {
                 let key = (*client, path.clone());
-                close(&mut open, key.clone(), i, "a new grant", None);
+                close(&mut open, &mut done, key.clone(), i, "a new grant", None);
                 open.insert(
                     key,
                     Hold {
@@ -123,6 +127,7 @@ pub(super) fn holds_of(h: &[Record]) -> Vec<Hold> {
                 path,
             } => close(
                 &mut open,
+                &mut done,
                 (*client, path.clone()),
                 i,
                 &format!("lost: {reason}"),
@@ -134,6 +139,7 @@ pub(super) fn holds_of(h: &[Record]) -> Vec<Hold> {
                 path,
             } => close(
                 &mut open,
+                &mut done,
                 (*client, path.clone()),
                 i,
                 "released",
@@ -149,11 +155,18 @@ pub(super) fn holds_of(h: &[Record]) -> Vec<Hold> {
                     true => "dropped: a fence refused it and the lease never said it was lost",
                     false => "dropped",
                 };
-                close(&mut open, (*client, path.clone()), i, by, Some(*token))
+                close(
+                    &mut open,
+                    &mut done,
+                    (*client, path.clone()),
+                    i,
+                    by,
+                    Some(*token),
+                )
             }
             &Event::ContenderExited { client, .. } => {
                 for key in of_client(&open, client) {
-                    close(&mut open, key, i, "process exited", None);
+                    close(&mut open, &mut done, key, i, "process exited", None);
                 }
             }
             &Event::FaultStarted {
@@ -166,7 +179,7 @@ pub(super) fn holds_of(h: &[Record]) -> Vec<Hold> {
                 match (kind, client) {
                     (FaultKind::KillClient, Some(client)) => {
                         for key in of_client(&open, client) {
-                            close(&mut open, key, i, "process killed", None);
+                            close(&mut open, &mut done, key, i, "process killed", None);
                         }
                     }
                     (FaultKind::StallHolder, Some(client)) => {
@@ -185,8 +198,17 @@ pub(super) fn holds_of(h: &[Record]) -> Vec<Hold> {
             } => {
                 // The next waiter may be granted from the moment the delete was sent: the
                 // hold counts for the overlap rules until then, and `told` judges the rest.
-                if let Some(hold) = open.get_mut(&(*client, path.clone())) {
-                    hold.blind_from(fault_starts.get(fault).copied().unwrap_or(r.t_us));
+                // The holder may have heard before the delete's answer came back.
+                let sent = fault_starts.get(fault).copied().unwrap_or(r.t_us);
+                let key = (*client, path.clone());
+                let ended_meanwhile =
+                    |h: &&mut Hold| h.client == *client && h.path == *path && h.end_us >= sent;
+                let hold = match open.get_mut(&key) {
+                    Some(hold) => Some(hold),
+                    None => done.iter_mut().rev().find(ended_meanwhile),
+                };
+                if let Some(hold) = hold {
+                    hold.blind_from(sent);
                     hold.deleted_us = Some(r.t_us);
                 }
             }

@@ -159,6 +159,26 @@ mod tests {
     }
 
     #[test]
+    fn a_holder_told_before_the_deletes_answer_came_is_told_at_once() {
+        let h = deleted(205);
+        assert!(check(&h).is_empty(), "{:#?}", check(&h));
+        let held = &holds(&h)[0];
+        assert_eq!((held.end_us, held.deleted_us), (205_000, Some(210_000)));
+        let report = crate::chaos::Report {
+            seed: 1,
+            duration: std::time::Duration::ZERO,
+            history: h,
+            violations: Vec::new(),
+            history_path: Default::default(),
+            timeline_path: Default::default(),
+        };
+        assert_eq!(report.told_after_delete(), vec![std::time::Duration::ZERO]);
+        assert!(report
+            .summary()
+            .contains("1 deleted holders told within 0 ms"));
+    }
+
+    #[test]
     fn a_holder_told_after_the_bound_is_found() {
         let found = check(&deleted(1_100));
         assert_eq!(found.len(), 1, "{found:#?}");
