@@ -27,9 +27,10 @@
 //!    ([`Rule::TooManyHolders`]); and a multi-lock's grant holds every path it asked for
 //!    ([`Rule::MultiPartial`]).
 //! 2. **Tokens grow** in grant order, per resource ([`Rule::TokenOrder`],
-//!    [`Rule::LeaderTokenOrder`], [`Rule::PermitTokenOrder`], [`Rule::MultiTokenOrder`]); a
-//!    read/write lock's writer's token is larger than every earlier grant's, a reader's than
-//!    every earlier writer's ([`Rule::RwTokenOrder`]).
+//!    [`Rule::LeaderTokenOrder`], [`Rule::MultiTokenOrder`]); a read/write lock's writer's
+//!    token is larger than every earlier grant's, a reader's than every earlier writer's
+//!    ([`Rule::RwTokenOrder`]). A semaphore's permits are granted in no token order (see
+//!    `semaphore.rs`).
 //! 3. **The fences hold**: every write the register accepted carried a token at least as new
 //!    as every token it had seen for that resource (reads included), every read it served
 //!    one at least as new as every write's; none it refused did; every accepted token had
@@ -100,8 +101,6 @@ pub enum Rule {
     RwTokenOrder,
     /// A semaphore's permit was granted while all its permits were held.
     TooManyHolders,
-    /// A permit's token was not larger than the previous permit's.
-    PermitTokenOrder,
     /// A multi-lock was granted a path another contender held.
     MultiOverlap,
     /// A multi-lock's token for a path was not larger than that path's previous grant's.
@@ -160,7 +159,6 @@ impl fmt::Display for Rule {
             Rule::WriterNotAlone => "a writer not alone",
             Rule::RwTokenOrder => "read/write tokens out of order",
             Rule::TooManyHolders => "more semaphore holders than permits",
-            Rule::PermitTokenOrder => "permit tokens out of order",
             Rule::MultiOverlap => "a multi-lock's path held twice",
             Rule::MultiTokenOrder => "multi-lock tokens out of order",
             Rule::MultiPartial => "a multi-lock's paths not held together",

@@ -1,7 +1,14 @@
-//! The semaphore's rules: at most `permits` holders at a time (a grant meets fewer than
+//! The semaphore's rule: at most `permits` holders at a time (a grant meets fewer than
 //! `permits` holds: when the semaphore is full, an old holder's end comes before the next
-//! grant), and each permit's token larger than the one before (only the acquirer holding the
-//! semaphore's inner lock creates a permit node, so permits are created in grant order).
+//! grant).
+//!
+//! Permits' tokens are not in grant order, and no rule says they are: a permit is granted
+//! once its node is among the first `permits` of the queue, and two nodes there may be told
+//! in either order. It happens: an acquirer creates its node while it holds the semaphore's
+//! inner lock, loses that lock (its lease lapsed) while it waits, the next acquirer creates
+//! a newer node, and both are among the first `permits` (a 10-minute run, seed 2028, saw
+//! node 45 granted 85 ms before node 44). Nor can a token fence serve several holders at
+//! once: the semaphore's holders write only through `Lease::fenced_write` (see `zk.rs`).
 
 use super::super::{Event, Recipe, Record};
 use super::holds::{by_resource, met_at_grant};
@@ -17,7 +24,7 @@ pub(super) fn permits(h: &[Record]) -> usize {
         .unwrap_or(1)
 }
 
-/// [`Rule::TooManyHolders`] and [`Rule::PermitTokenOrder`].
+/// [`Rule::TooManyHolders`].
 pub(super) fn check(h: &[Record], holds: &[Hold], found: &mut Findings<'_>) {
     let permits = permits(h);
     for resource in by_resource(holds, Recipe::Semaphore).values() {
@@ -54,21 +61,6 @@ pub(super) fn check(h: &[Record], holds: &[Hold], found: &mut Findings<'_>) {
                 );
             }
         }
-        for pair in resource.windows(2) {
-            let (before, hold) = (pair[0], pair[1]);
-            if hold.token <= before.token {
-                found.add(
-                    Rule::PermitTokenOrder,
-                    hold.start_index,
-                    format!(
-                        "client {} was granted a permit of {} with token {}, not larger than \
-                         the previous permit's {}",
-                        hold.client, hold.path, hold.token, before.token
-                    ),
-                    &[before.start_index, hold.start_index],
-                );
-            }
-        }
     }
 }
 
@@ -97,12 +89,15 @@ mod tests {
     }
 
     #[test]
-    fn a_permit_token_not_larger_than_the_last_is_found() {
+    fn permits_granted_out_of_their_tokens_order_within_the_limit_pass() {
+        // Client 2's permit (token 39) is granted after client 0's (40) was released:
+        // both nodes among the first two, told in the other order.
         let mut h = mixed();
         let i = at_ms(&h, 1_420, |e| matches!(e, Event::Granted { .. }));
         h[i] = grant(1_420, 2, 39, Recipe::Semaphore, SEMAPHORE, false);
         let j = at_ms(&h, 1_500, |e| matches!(e, Event::Released { .. }));
         h[j] = release(1_500, 2, 39, SEMAPHORE);
-        assert_eq!(rules(&h), vec![Rule::PermitTokenOrder]);
+        let found = super::super::check(&h);
+        assert!(found.is_empty(), "{found:#?}");
     }
 }
