@@ -4,10 +4,10 @@
 //!
 //! Permits' tokens are not in grant order, and no rule says they are: a permit is granted
 //! once its node is among the first `permits` of the queue, and two nodes there may be told
-//! in either order. It happens: an acquirer creates its node while it holds the semaphore's
-//! inner lock, loses that lock (its lease lapsed) while it waits, the next acquirer creates
-//! a newer node, and both are among the first `permits` (a 10-minute run, seed 2028, saw
-//! node 45 granted 85 ms before node 44). Nor can a token fence serve several holders at
+//! in either order. A 10-minute run (seed 2028) saw node 45 granted 85 ms before node 44,
+//! within the limit, as the sessions' lease clocks lapsed around them: most likely node 44's
+//! acquirer lost the semaphore's inner lock while it waited (its lease lapsed), the next
+//! acquirer took that lock and created node 45, and both were among the first `permits`. Nor can a token fence serve several holders at
 //! once: the semaphore's holders write only through `Lease::fenced_write` (see `zk.rs`).
 
 use super::super::{Event, Recipe, Record};
