@@ -1,15 +1,17 @@
 //! `zkfence chaos`: a randomized fault campaign against a throwaway ensemble, a checker over
 //! its whole history, and a picture of it (feature `chaos`).
 //!
-//! [`run`] starts an ensemble, a register guarded by a [`Fence`](zkfence::Fence), and
+//! [`run`] starts an ensemble, a register with a [`Fence`](zkfence::Fence) per resource, and
 //! `clients` contender processes, each with its own zkfence session through its own
-//! [`FaultProxy`](crate::FaultProxy), all contending for one lock. Each loops: acquire with a
-//! timeout, write (token, client, sequence) to the register (and with
-//! [`ChaosConfig::postgres`], then to a PostgreSQL row by the `fenced_postgres` recipe's SQL),
-//! hold for a random time with more writes, release or drop. Meanwhile faults from a seeded schedule (see [`FaultKind`])
-//! start and heal, one or more at a time. Every grant, loss, release, write decision and
-//! fault is recorded on one clock; at the end [`check`] looks for violations (its docs list
-//! the rules), and the history is written as JSON lines and drawn as an SVG timeline.
+//! [`FaultProxy`](crate::FaultProxy), driving the [`ChaosConfig::recipes`] (see [`Recipe`]).
+//! Each loops: acquire a recipe chosen at random with a timeout, write (token, client,
+//! sequence) for each resource it holds to the register (and with [`ChaosConfig::postgres`]
+//! to a PostgreSQL row by the `fenced_postgres` recipe's SQL, and in half of the holds into
+//! ZooKeeper through `Lease::fenced_write`), hold for a random time with more writes, release
+//! or drop. Meanwhile faults from a seeded schedule (see [`FaultKind`]) start and heal, one
+//! or more at a time. Every grant, loss, release, write decision and fault is recorded on
+//! one clock; at the end [`check`] looks for violations (its docs list the rules, per
+//! recipe), and the history is written as JSON lines and drawn as an SVG timeline.
 //!
 //! The contenders are real processes (a stalled or killed holder is a real one), started
 //! from [`ChaosConfig::contender`]: a program that calls [`contender_main`] when started
@@ -23,6 +25,7 @@
 //! let mut config = ChaosConfig::new("/usr/local/bin/zkfence", vec![chaos::CONTENDER_MODE.into()]);
 //! config.duration = Duration::from_secs(60);
 //! config.seed = 42;
+//! config.recipes = chaos::Recipe::ALL.to_vec();
 //! let report = chaos::run(config).await?;
 //! println!("{}", report.summary());
 //! for v in &report.violations {
