@@ -522,6 +522,35 @@ mod tests {
     use zkfence::zookeeper_client::{Acls, CreateMode};
     use zkfence::{Session, SessionOptions};
 
+    #[test]
+    fn only_nodes_that_wait_are_chosen_with_what_keeps_them_waiting() {
+        let names = |n: &[&str]| n.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let lock = names(&["_c_a-lock-01", "_c_b-lock-02", "_c_c-lock-03"]);
+        assert_eq!(
+            waiters("/zkfence-chaos/lock", &lock, 2),
+            vec![(1, vec![0]), (2, vec![0])]
+        );
+        // Readers ahead of the first writer hold; a writer waits for the first node, a reader
+        // behind a writer for that writer.
+        let rw = names(&[
+            "_c_a-__READ__01",
+            "_c_b-__READ__02",
+            "_c_c-__WRIT__03",
+            "_c_d-__READ__04",
+        ]);
+        assert_eq!(
+            waiters(Recipe::Rwlock.path(), &rw, 2),
+            vec![(2, vec![0]), (3, vec![2])]
+        );
+        // The first `permits` of a semaphore's leases hold; the rest wait for all of them.
+        let leases = names(&["_c_a-lease-01", "_c_b-lease-02", "_c_c-lease-03"]);
+        assert_eq!(
+            waiters("/zkfence-chaos/semaphore/leases", &leases, 2),
+            vec![(2, vec![0, 1])]
+        );
+        assert!(waiters("/zkfence-chaos/semaphore/leases", &leases[..2], 2).is_empty());
+    }
+
     /// ZOOKEEPER-2354 as the 30-minute campaign met it, reproduced in seconds: a follower
     /// whose `currentEpoch` is older than its last zxid refuses to start; the campaign
     /// records that, wipes the follower's data (keeping its `myid`) and it resyncs.
