@@ -91,7 +91,28 @@ impl Campaign {
                     std::mem::forget(slot);
                     return;
                 }
+                // No server is down while the shorter timeout holds: other server faults may
+                // come meanwhile (a server cut off from its peers while its sessions run on
+                // the shorter timeout is issue 43's case).
+                drop(slot);
                 tokio::time::sleep(p.lasts).await;
+                // The restore waits for room as long as other server faults can last; a server
+                // that never started again keeps its slot for good, and then the servers keep
+                // the shorter timeout (the fault is never healed, as that server's).
+                let deadline = Instant::now() + self.config.session_timeout * 10;
+                let mut slot = loop {
+                    if let Some(r) = self.servers.try_reserve() {
+                        break r;
+                    }
+                    if Instant::now() > deadline {
+                        tracing::error!(
+                            fault = id,
+                            "chaos: no room to restore the servers' timeout"
+                        );
+                        return;
+                    }
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                };
                 if !self
                     .rolling_restart(self.max_session_timeout(), id, &mut slot)
                     .await
@@ -373,18 +394,28 @@ impl Campaign {
     }
 
     /// Records the session timeouts the servers negotiated with every connected session
-    /// (their `cons`), as evidence of what a `shrink-timeout` did.
+    /// (their `cons`), as evidence of what a `shrink-timeout` did: once every contender's
+    /// session is back (they reconnect after the last restart), or after a session timeout.
     async fn record_session_timeouts(&self, fault: usize) {
-        let mut timeouts_ms = Vec::new();
-        for server in 0..self.config.nodes {
-            if let Ok(connections) = self.zk.connections(server).await {
-                timeouts_ms.extend(
-                    (connections.iter())
-                        .filter_map(|c| c.session_timeout)
-                        .map(|t| t.as_millis() as u64),
-                );
+        let deadline = Instant::now() + self.config.session_timeout;
+        let timeouts_ms = loop {
+            let mut timeouts_ms = Vec::new();
+            for server in 0..self.config.nodes {
+                if let Ok(connections) = self.zk.connections(server).await {
+                    timeouts_ms.extend(
+                        (connections.iter())
+                            .filter_map(|c| c.session_timeout)
+                            .map(|t| t.as_millis() as u64),
+                    );
+                }
             }
-        }
+            // The contenders' sessions and the campaign's own.
+            if timeouts_ms.len() > self.config.clients || Instant::now() > deadline {
+                break timeouts_ms;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        };
+        let mut timeouts_ms = timeouts_ms;
         timeouts_ms.sort_unstable();
         tracing::info!(
             fault,
