@@ -195,13 +195,16 @@ pub fn check_resource(resource: &str) -> Result<&str, Error> {
             resource.len()
         ))
     } else {
-        resource.char_indices().find(|(_, c)| c.is_ascii_control()).map(|(i, c)| {
-            format!(
-                "it holds the control character U+{:04X} at byte {i} (keys are 1 to \
+        resource
+            .char_indices()
+            .find(|(_, c)| c.is_ascii_control())
+            .map(|(i, c)| {
+                format!(
+                    "it holds the control character U+{:04X} at byte {i} (keys are 1 to \
                  {MAX_RESOURCE_LEN} bytes of UTF-8 without control characters)",
-                c as u32
-            )
-        })
+                    c as u32
+                )
+            })
     };
     match why {
         None => Ok(resource),

@@ -428,9 +428,11 @@ fn request_fence(
 
 fn token_of(headers: &HeaderMap) -> Result<FencingToken, String> {
     let Some(value) = headers.get(FENCING_TOKEN) else {
-        return Err("no Fencing-Token header: a fenced request carries the writer's token \
+        return Err(
+            "no Fencing-Token header: a fenced request carries the writer's token \
                     (e.g. `Fencing-Token: 4294967302`)"
-            .into());
+                .into(),
+        );
     };
     let text = value.to_str().unwrap_or_default().trim();
     text.parse::<u64>().map(FencingToken::new).map_err(|_| {
@@ -444,9 +446,11 @@ fn token_of(headers: &HeaderMap) -> Result<FencingToken, String> {
 
 fn resource_header(headers: &HeaderMap) -> Result<String, String> {
     let Some(value) = headers.get(FENCING_RESOURCE) else {
-        return Err("no Fencing-Resource header: a fenced request names the resource key, \
+        return Err(
+            "no Fencing-Resource header: a fenced request names the resource key, \
                     percent-encoded (e.g. `Fencing-Resource: /locks/orders-42`)"
-            .into());
+                .into(),
+        );
     };
     percent_decode(value.as_bytes()).ok_or_else(|| {
         format!(
@@ -554,7 +558,11 @@ pub fn newest_token<T>(response: &Response<T>) -> Option<FencingToken> {
     if response.status() != StatusCode::CONFLICT {
         return None;
     }
-    let text = response.headers().get(FENCING_TOKEN_NEWEST)?.to_str().ok()?;
+    let text = response
+        .headers()
+        .get(FENCING_TOKEN_NEWEST)?
+        .to_str()
+        .ok()?;
     text.trim().parse().ok().map(FencingToken::new)
 }
 

@@ -211,10 +211,7 @@ impl PgFence {
         resource: &str,
     ) -> Result<Option<FencingToken>, Error> {
         check_resource(resource)?;
-        let row = db
-            .query_opt(&self.newest, &[&resource])
-            .await
-            .map_err(pg)?;
+        let row = db.query_opt(&self.newest, &[&resource]).await.map_err(pg)?;
         Ok(row.map(|r| FencingToken::new(r.get::<_, i64>(0) as u64)))
     }
 
@@ -266,11 +263,7 @@ impl PgFence {
         }
         // Not admitted: a newer token, or no fence. At READ COMMITTED this read sees the
         // newest committed token (a new snapshot per statement).
-        match tx
-            .query_opt(&self.newest, &[&resource])
-            .await
-            .map_err(pg)?
-        {
+        match tx.query_opt(&self.newest, &[&resource]).await.map_err(pg)? {
             None => Err(Error::NoFence {
                 store: STORE,
                 resource: resource.to_string(),

@@ -299,10 +299,7 @@ mod pg {
                     &mut db,
                     resource,
                     entry.token,
-                    &[
-                        (SET_VALUE, &[&resource, &text]),
-                        (LOG, &[&resource, &text]),
-                    ],
+                    &[(SET_VALUE, &[&resource, &text]), (LOG, &[&resource, &text])],
                 )
                 .await?;
             self.give(db);
@@ -905,8 +902,7 @@ mod web {
                     };
                     let service = service.clone();
                     tokio::spawn(async move {
-                        let hyper_service =
-                            hyper_util::service::TowerToHyperService::new(service);
+                        let hyper_service = hyper_util::service::TowerToHyperService::new(service);
                         let _ = hyper::server::conn::http1::Builder::new()
                             .serve_connection(TokioIo::new(stream), hyper_service)
                             .await;
@@ -967,10 +963,7 @@ mod web {
         type Error = E;
         type Future = Fut;
 
-        fn poll_ready(
-            &mut self,
-            _: &mut std::task::Context<'_>,
-        ) -> std::task::Poll<Result<(), E>> {
+        fn poll_ready(&mut self, _: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), E>> {
             std::task::Poll::Ready(Ok(()))
         }
 

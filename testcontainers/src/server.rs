@@ -157,7 +157,11 @@ impl ServerProcess {
             .create(true)
             .append(true)
             .open(&self.log)?;
-        writeln!(log, "==== zkfence-testcontainers: {} ====", program.display())?;
+        writeln!(
+            log,
+            "==== zkfence-testcontainers: {} ====",
+            program.display()
+        )?;
         let mut cmd = Command::new(program);
         cmd.current_dir(&self.dir_path)
             .env("LC_ALL", "C")
@@ -199,7 +203,8 @@ impl ServerProcess {
     pub(crate) async fn first_start(&self, deadline: Instant) -> Result<(), HarnessError> {
         let mut attempt = 1;
         loop {
-            let reserved = reserve_ports(Ipv4Addr::LOCALHOST, self.spec.ports, &mut HashSet::new())?;
+            let reserved =
+                reserve_ports(Ipv4Addr::LOCALHOST, self.spec.ports, &mut HashSet::new())?;
             *self.ports.lock().unwrap() = reserved.into_iter().map(|(p, _)| p).collect();
             self.spawn()?;
             match self.wait_ready(deadline).await {

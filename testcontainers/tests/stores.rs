@@ -60,7 +60,11 @@ fn base64(s: &str) -> String {
     const T: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     let mut out = String::new();
     for chunk in s.as_bytes().chunks(3) {
-        let b = [chunk[0], *chunk.get(1).unwrap_or(&0), *chunk.get(2).unwrap_or(&0)];
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
         let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
         for i in 0..4 {
             if i <= chunk.len() {
@@ -125,7 +129,8 @@ fn processes_marked(marker: &str) -> Vec<u32> {
 fn assert_gone(dir: &Path, what: &str) {
     let marker = marker_of(dir);
     assert!(
-        poll_until(Duration::from_secs(10), || processes_marked(&marker).is_empty()
+        poll_until(Duration::from_secs(10), || processes_marked(&marker)
+            .is_empty()
             && !dir.exists()),
         "{what} left {:?} and dir exists: {}",
         processes_marked(&marker),
@@ -162,7 +167,10 @@ async fn etcd_serves_keeps_acknowledged_writes_across_kill_and_goes_on_drop() {
     etcd.start().await.expect("start again");
     let range = format!(r#"{{"key":"{}"}}"#, base64("k"));
     let got = etcd_post(etcd.port(), "/v3/kv/range", &range).await;
-    assert!(got.contains(&base64("v1")), "the write survived the kill: {got}");
+    assert!(
+        got.contains(&base64("v1")),
+        "the write survived the kill: {got}"
+    );
     let dir = etcd.dir().to_path_buf();
     drop(etcd);
     assert_gone(&dir, "etcd");
@@ -187,7 +195,10 @@ async fn mariadb_serves_as_an_unprivileged_user_keeps_commits_across_kill_and_go
     );
     db.kill();
     db.start().await.expect("start again");
-    assert_eq!(mariadb_sql(&db, "SELECT v FROM t WHERE k = 1").unwrap(), "v1");
+    assert_eq!(
+        mariadb_sql(&db, "SELECT v FROM t WHERE k = 1").unwrap(),
+        "v1"
+    );
     let dir = db.dir().to_path_buf();
     drop(db);
     assert_gone(&dir, "MariaDB");
@@ -206,7 +217,14 @@ async fn two_of_each_in_parallel_do_not_collide() {
     let (r1, r2) = (r1.unwrap(), r2.unwrap());
     let (e1, e2) = (e1.unwrap(), e2.unwrap());
     let (m1, m2) = (m1.unwrap(), m2.unwrap());
-    let ports = [r1.port(), r2.port(), e1.port(), e2.port(), m1.port(), m2.port()];
+    let ports = [
+        r1.port(),
+        r2.port(),
+        e1.port(),
+        e2.port(),
+        m1.port(),
+        m2.port(),
+    ];
     let mut unique = ports.to_vec();
     unique.sort_unstable();
     unique.dedup();
@@ -257,9 +275,8 @@ fn a_crashed_test_process_leaves_no_store_server_behind() {
             .enable_all()
             .build()
             .unwrap();
-        let (r, e, m) = rt.block_on(async {
-            tokio::join!(Redis::launch(), Etcd::launch(), MariaDb::launch())
-        });
+        let (r, e, m) =
+            rt.block_on(async { tokio::join!(Redis::launch(), Etcd::launch(), MariaDb::launch()) });
         let (r, e, m) = (r.unwrap(), e.unwrap(), m.unwrap());
         let mut out = std::io::stdout().lock();
         // A leading newline: libtest may have printed "test <name> ... " already.

@@ -72,7 +72,11 @@ impl MariaDb {
     pub async fn launch() -> Result<MariaDb, HarnessError> {
         let program = find_program(
             "MariaDB",
-            &["/usr/sbin/mariadbd", "/usr/sbin/mysqld", "/usr/local/bin/mariadbd"],
+            &[
+                "/usr/sbin/mariadbd",
+                "/usr/sbin/mysqld",
+                "/usr/local/bin/mariadbd",
+            ],
             "mariadb-server",
         )?;
         let install = find_program(
