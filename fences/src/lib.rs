@@ -101,5 +101,6 @@ pub use zkfence::{FencingToken, StaleToken};
     feature = "etcd",
     feature = "http"
 ))]
-#[doc = include_str!("../../docs/guide/fencing.md")]
+// A symlink to docs/guide/fencing.md, so that the packaged crate carries the page.
+#[doc = include_str!("../docs/fencing.md")]
 pub mod guide {}
