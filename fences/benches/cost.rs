@@ -132,7 +132,7 @@ enum Arm {
         fence: RedisFence,
     },
     Etcd {
-        client: etcd_client::Client,
+        client: Box<etcd_client::Client>,
         fence: EtcdFence,
     },
     Http {
@@ -384,7 +384,7 @@ async fn arms(s: &Servers, via: &dyn Fn(u16) -> u16, http: (SocketAddr, SocketAd
             fence: redis_fence,
         },
         Arm::Etcd {
-            client: etcd,
+            client: Box::new(etcd),
             fence: etcd_fence,
         },
         Arm::Http {

@@ -198,8 +198,9 @@ impl FenceBackend for MemoryFences {
     }
 }
 
-/// How the layer finds a request's resource key.
-type ResourceOf = Arc<dyn Fn(&http::request::Parts) -> Option<String> + Send + Sync>;
+/// How the layer finds a request's resource key, when the service says.
+type ResourceFn = dyn Fn(&http::request::Parts) -> Option<String> + Send + Sync;
+type ResourceOf = Arc<ResourceFn>;
 
 /// The `tower` layer: wrap the routes that write (see the [module docs](self)).
 ///
@@ -409,7 +410,7 @@ fn answer<B: From<String>>(
 /// The resource and token of a request, checked; else what is wrong, for the 400's body.
 fn request_fence(
     parts: &http::request::Parts,
-    resource_of: Option<&(dyn Fn(&http::request::Parts) -> Option<String> + Send + Sync)>,
+    resource_of: Option<&ResourceFn>,
 ) -> Result<(String, FencingToken), String> {
     let token = token_of(&parts.headers)?;
     let resource = match resource_of {
