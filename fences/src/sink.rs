@@ -887,6 +887,10 @@ mod web {
                         return Ok(status(StatusCode::BAD_REQUEST, "unreadable body"));
                     };
                     let text = String::from_utf8_lossy(&body).into_owned();
+                    // The handler's own I/O before it commits, as a real write takes time:
+                    // without the layer's per-resource turn, a newer request's handler
+                    // would overtake an older one's here (the conformance suite sees it).
+                    tokio::time::sleep(std::time::Duration::from_millis(1)).await;
                     // One critical section: the value and the log change together.
                     let mut s = state.lock().unwrap();
                     s.values.insert(resource.clone(), text.clone());
