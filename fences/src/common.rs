@@ -1,5 +1,17 @@
 //! What every store's fence shares: the answer, the errors, and the input rules.
 
+// Used by every store's module; with no store's feature, only the public items are.
+#![cfg_attr(
+    not(any(
+        feature = "postgres",
+        feature = "mysql",
+        feature = "redis",
+        feature = "etcd",
+        feature = "http"
+    )),
+    allow(dead_code)
+)]
+
 use zkfence::{FencingToken, StaleToken};
 
 /// The longest resource key, in bytes, that every store holds (a MySQL primary key of

@@ -34,9 +34,7 @@
 //! # Ok(()) }
 //! ```
 
-use std::collections::HashMap;
 use std::fmt;
-use std::sync::{Arc, Mutex};
 
 use zkfence::FencingToken;
 
@@ -178,6 +176,16 @@ pub trait Sink: Send + Sync {
     async fn newest(&self, resource: &str) -> Result<Option<FencingToken>, Error>;
 }
 
+#[cfg_attr(
+    not(any(
+        feature = "postgres",
+        feature = "mysql",
+        feature = "redis",
+        feature = "etcd",
+        feature = "http"
+    )),
+    allow(dead_code)
+)]
 fn parse_all<'a>(texts: impl IntoIterator<Item = &'a str>) -> Result<Vec<Entry>, Error> {
     texts.into_iter().map(str::parse).collect()
 }
@@ -197,6 +205,7 @@ pub use pg::PgSink;
 mod pg {
     use super::*;
     use crate::postgres::PgFence;
+    use std::sync::Mutex;
     use tokio_postgres::{Client, NoTls};
 
     const SCHEMA: &str = "
@@ -808,7 +817,9 @@ mod web {
     use hyper::body::{Bytes, Incoming};
     use hyper_util::client::legacy::Client as HttpClient;
     use hyper_util::rt::{TokioExecutor, TokioIo};
+    use std::collections::HashMap;
     use std::net::SocketAddr;
+    use std::sync::{Arc, Mutex};
     use tokio::io::AsyncWriteExt;
     use tower_layer::Layer;
 
