@@ -88,11 +88,13 @@ impl Proxy {
                 tokio::spawn(async move {
                     let mut buf = vec![0u8; 64 * 1024];
                     while let Ok(n) = cr.read(&mut buf).await {
+                        // Before forwarding: the server may answer before `write_all`
+                        // returns here, and its answer must find the client's turn taken.
+                        if n > 0 && !spoke.swap(true, Ordering::SeqCst) {
+                            turns.fetch_add(1, Ordering::SeqCst);
+                        }
                         if n == 0 || sw.write_all(&buf[..n]).await.is_err() {
                             break;
-                        }
-                        if !spoke.swap(true, Ordering::SeqCst) {
-                            turns.fetch_add(1, Ordering::SeqCst);
                         }
                     }
                 });
