@@ -35,6 +35,16 @@ fn pg(e: tokio_postgres::Error) -> Error {
     Error::store(STORE, e)
 }
 
+/// Whether `e` is a concurrent `CREATE … IF NOT EXISTS` that lost the race (the object
+/// exists now): a unique violation on the catalog, or a duplicate table.
+pub(crate) fn created_concurrently(e: &tokio_postgres::Error) -> bool {
+    use tokio_postgres::error::SqlState;
+    matches!(
+        e.code(),
+        Some(c) if *c == SqlState::UNIQUE_VIOLATION || *c == SqlState::DUPLICATE_TABLE
+    )
+}
+
 /// A statement of a fenced write and its parameters.
 pub type Statement<'a> = (&'a str, &'a [&'a (dyn ToSql + Sync)]);
 
@@ -162,7 +172,12 @@ impl PgFence {
     /// # Ok(()) }
     /// ```
     pub async fn install(&self, db: &impl GenericClient) -> Result<(), Error> {
-        db.batch_execute(&self.install).await.map_err(pg)
+        match db.batch_execute(&self.install).await {
+            // Two installs at once: `IF NOT EXISTS` does not serialize them, and the loser
+            // fails on the catalog's unique index. The table exists: done.
+            Err(e) if created_concurrently(&e) => Ok(()),
+            other => other.map_err(pg),
+        }
     }
 
     /// Creates the resource's fence (accepting any token) if it does not exist; an existing

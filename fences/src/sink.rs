@@ -258,7 +258,18 @@ mod pg {
             };
             let db = sink.take().await?;
             sink.fence.install(&db).await?;
-            db.batch_execute(SCHEMA).await.map_err(pg)?;
+            // Sinks connecting at once race on `IF NOT EXISTS`: the loser tries again and
+            // finds the tables made.
+            let mut attempt = 0;
+            loop {
+                match db.batch_execute(SCHEMA).await {
+                    Ok(()) => break,
+                    Err(e) if attempt < 5 && crate::postgres::created_concurrently(&e) => {
+                        attempt += 1;
+                    }
+                    Err(e) => return Err(pg(e)),
+                }
+            }
             sink.give(db);
             Ok(sink)
         }
