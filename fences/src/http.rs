@@ -43,7 +43,9 @@
 //!
 //! A [`FenceBackend`]: [`MemoryFences`] (in this process; gone with it, so a restarted
 //! service must start its fences at least at the newest token it wrote, e.g.
-//! [`MemoryFences::create_at`] from what it persisted), or your own over any store.
+//! [`MemoryFences::create_at`] from what it persisted); or, with the store's feature too, a
+//! store's fence that outlives the process: `PgFences`, `MyFences`, `RedisFences`,
+//! `EtcdFences` (each admits with a write of the fence alone); or your own.
 //!
 //! ```no_run
 //! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
@@ -194,6 +196,246 @@ impl FenceBackend for MemoryFences {
                 Ok(()) => Outcome::Written(()),
                 Err(stale) => Outcome::Refused(stale),
             })
+        })
+    }
+}
+
+/// The layer's fences in Redis ([`RedisFence`](crate::redis::RedisFence): a check that
+/// raises the fence and writes nothing else): they outlive the service's process.
+///
+/// ```no_run
+/// # async fn example(conn: redis::aio::MultiplexedConnection) -> Result<(), zkfence_fences::Error> {
+/// use zkfence_fences::http::{FencingLayer, RedisFences};
+/// let layer = FencingLayer::new(RedisFences::new(conn));
+/// # Ok(()) }
+/// ```
+#[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+#[derive(Clone)]
+pub struct RedisFences {
+    fence: crate::redis::RedisFence,
+    conn: ::redis::aio::MultiplexedConnection,
+}
+
+#[cfg(feature = "redis")]
+impl RedisFences {
+    /// Fences under [`RedisFence::new`](crate::redis::RedisFence::new)'s prefix, over `conn`.
+    ///
+    /// ```no_run
+    /// # fn example(conn: redis::aio::MultiplexedConnection) {
+    /// let fences = zkfence_fences::http::RedisFences::new(conn);
+    /// # }
+    /// ```
+    pub fn new(conn: ::redis::aio::MultiplexedConnection) -> RedisFences {
+        RedisFences::with_fence(crate::redis::RedisFence::new(), conn)
+    }
+
+    /// Fences as `fence` keeps them, over `conn`.
+    ///
+    /// ```no_run
+    /// # fn example(conn: redis::aio::MultiplexedConnection) {
+    /// use zkfence_fences::{http::RedisFences, redis::RedisFence};
+    /// let fences = RedisFences::with_fence(RedisFence::with_prefix("svc:fence:"), conn);
+    /// # }
+    /// ```
+    pub fn with_fence(
+        fence: crate::redis::RedisFence,
+        conn: ::redis::aio::MultiplexedConnection,
+    ) -> RedisFences {
+        RedisFences { fence, conn }
+    }
+}
+
+#[cfg(feature = "redis")]
+impl std::fmt::Debug for RedisFences {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisFences")
+            .field("fence", &self.fence)
+            .finish()
+    }
+}
+
+#[cfg(feature = "redis")]
+impl FenceBackend for RedisFences {
+    fn admit<'a>(&'a self, resource: &'a str, token: FencingToken) -> AdmitFuture<'a> {
+        Box::pin(async move {
+            let nothing = crate::redis::Write::new();
+            let mut conn = self.conn.clone();
+            self.fence.write(&mut conn, resource, token, &nothing).await
+        })
+    }
+}
+
+/// The layer's fences in etcd ([`EtcdFence`](crate::etcd::EtcdFence): a transaction that
+/// raises the fence and writes nothing else): they outlive the service's process.
+///
+/// ```no_run
+/// # fn example(client: etcd_client::Client) {
+/// use zkfence_fences::http::{EtcdFences, FencingLayer};
+/// let layer = FencingLayer::new(EtcdFences::new(client));
+/// # }
+/// ```
+#[cfg(feature = "etcd")]
+#[cfg_attr(docsrs, doc(cfg(feature = "etcd")))]
+#[derive(Clone)]
+pub struct EtcdFences {
+    fence: crate::etcd::EtcdFence,
+    client: etcd_client::Client,
+}
+
+#[cfg(feature = "etcd")]
+impl EtcdFences {
+    /// Fences under [`EtcdFence::new`](crate::etcd::EtcdFence::new)'s prefix, over `client`.
+    ///
+    /// ```no_run
+    /// # fn example(client: etcd_client::Client) {
+    /// let fences = zkfence_fences::http::EtcdFences::new(client);
+    /// # }
+    /// ```
+    pub fn new(client: etcd_client::Client) -> EtcdFences {
+        EtcdFences {
+            fence: crate::etcd::EtcdFence::new(),
+            client,
+        }
+    }
+}
+
+#[cfg(feature = "etcd")]
+impl std::fmt::Debug for EtcdFences {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EtcdFences")
+            .field("fence", &self.fence)
+            .finish()
+    }
+}
+
+#[cfg(feature = "etcd")]
+impl FenceBackend for EtcdFences {
+    fn admit<'a>(&'a self, resource: &'a str, token: FencingToken) -> AdmitFuture<'a> {
+        Box::pin(async move {
+            let mut client = self.client.clone();
+            let outcome = self
+                .fence
+                .write(&mut client, resource, token, Vec::new())
+                .await?;
+            Ok(outcome.map(|_revision| ()))
+        })
+    }
+}
+
+/// The layer's fences in PostgreSQL ([`PgFence`](crate::postgres::PgFence): a transaction
+/// that raises the fence row and writes nothing else), over one connection (admits take
+/// turns on it): they outlive the service's process.
+///
+/// ```no_run
+/// # fn example(db: tokio_postgres::Client) {
+/// use zkfence_fences::http::{FencingLayer, PgFences};
+/// let layer = FencingLayer::new(PgFences::new(db));
+/// # }
+/// ```
+#[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
+#[derive(Clone)]
+pub struct PgFences {
+    fence: crate::postgres::PgFence,
+    db: Arc<tokio::sync::Mutex<tokio_postgres::Client>>,
+}
+
+#[cfg(feature = "postgres")]
+impl PgFences {
+    /// Fences in [`PgFence::new`](crate::postgres::PgFence::new)'s table, over `db`.
+    ///
+    /// ```no_run
+    /// # fn example(db: tokio_postgres::Client) {
+    /// let fences = zkfence_fences::http::PgFences::new(db);
+    /// # }
+    /// ```
+    pub fn new(db: tokio_postgres::Client) -> PgFences {
+        PgFences {
+            fence: crate::postgres::PgFence::new(),
+            db: Arc::new(tokio::sync::Mutex::new(db)),
+        }
+    }
+}
+
+#[cfg(feature = "postgres")]
+impl std::fmt::Debug for PgFences {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgFences")
+            .field("fence", &self.fence)
+            .finish()
+    }
+}
+
+#[cfg(feature = "postgres")]
+impl FenceBackend for PgFences {
+    fn admit<'a>(&'a self, resource: &'a str, token: FencingToken) -> AdmitFuture<'a> {
+        Box::pin(async move {
+            let mut db = self.db.lock().await;
+            let outcome = self.fence.write(&mut db, resource, token, &[]).await?;
+            Ok(outcome.map(|_rows| ()))
+        })
+    }
+}
+
+/// The layer's fences in MySQL or MariaDB ([`MyFence`](crate::mysql::MyFence): a transaction
+/// that raises the fence row and writes nothing else), over a connection pool: they outlive
+/// the service's process.
+///
+/// ```no_run
+/// # fn example(pool: mysql_async::Pool) {
+/// use zkfence_fences::http::{FencingLayer, MyFences};
+/// let layer = FencingLayer::new(MyFences::new(pool));
+/// # }
+/// ```
+#[cfg(feature = "mysql")]
+#[cfg_attr(docsrs, doc(cfg(feature = "mysql")))]
+#[derive(Clone)]
+pub struct MyFences {
+    fence: crate::mysql::MyFence,
+    pool: mysql_async::Pool,
+}
+
+#[cfg(feature = "mysql")]
+impl MyFences {
+    /// Fences in [`MyFence::new`](crate::mysql::MyFence::new)'s table, over `pool`.
+    ///
+    /// ```no_run
+    /// # fn example(pool: mysql_async::Pool) {
+    /// let fences = zkfence_fences::http::MyFences::new(pool);
+    /// # }
+    /// ```
+    pub fn new(pool: mysql_async::Pool) -> MyFences {
+        MyFences {
+            fence: crate::mysql::MyFence::new(),
+            pool,
+        }
+    }
+}
+
+#[cfg(feature = "mysql")]
+impl std::fmt::Debug for MyFences {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MyFences")
+            .field("fence", &self.fence)
+            .finish()
+    }
+}
+
+#[cfg(feature = "mysql")]
+impl FenceBackend for MyFences {
+    fn admit<'a>(&'a self, resource: &'a str, token: FencingToken) -> AdmitFuture<'a> {
+        Box::pin(async move {
+            let mut conn = self
+                .pool
+                .get_conn()
+                .await
+                .map_err(|e| Error::store("MySQL", e))?;
+            let outcome = self
+                .fence
+                .write(&mut conn, resource, token, Vec::new())
+                .await?;
+            Ok(outcome.map(|_rows| ()))
         })
     }
 }

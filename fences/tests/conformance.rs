@@ -15,6 +15,10 @@
 //! - bad input (token 0, a missing fence, odd or invalid resource keys) gets a clear error
 //!   and writes nothing.
 //!
+//! Beside them, `http_layer_over::<backend>`: the HTTP layer in front of a handler with its
+//! fences in memory or in each store, answering real requests (204, 409 with the newest
+//! token, 400 saying what is wrong), a store's fences outliving a restart of the service.
+//!
 //! The servers are shared by the binary's tests (each test uses resource keys and lock paths
 //! of its own); each test makes its own sink (its connections live on its runtime).
 
@@ -522,3 +526,151 @@ for_store!(mariadb, Store::MariaDb);
 for_store!(redis, Store::Redis);
 for_store!(etcd, Store::Etcd);
 for_store!(http, Store::Http);
+
+// ---- the HTTP layer over each store's fence ----
+//
+// Not a sink property: the layer in front of a handler, its fence kept in memory or in a
+// store, answering real requests on loopback; a store's fence outlives the service (a new
+// layer over the same store still refuses the old token).
+
+use hyper_util::client::legacy::Client as HttpClient;
+use hyper_util::rt::TokioExecutor;
+use zkfence_fences::http::{
+    fencing_headers, EtcdFences, FenceBackend, FencingLayer, MemoryFences, MyFences, PgFences,
+    RedisFences, FENCING_TOKEN_NEWEST,
+};
+
+/// An axum app whose `PUT /` answers 204, behind the layer over `backend`.
+async fn serve_layer<B: FenceBackend>(backend: B) -> std::net::SocketAddr {
+    let app = axum::Router::new()
+        .route(
+            "/",
+            axum::routing::put(|| async { ::http::StatusCode::NO_CONTENT }),
+        )
+        .layer(FencingLayer::new(backend));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    addr
+}
+
+/// PUTs to `addr` with the fencing headers of (`resource`, `token`), or none; the status,
+/// the `Fencing-Token-Newest` header and the body.
+async fn put(
+    addr: std::net::SocketAddr,
+    fencing: Option<(&str, u64)>,
+) -> (u16, Option<u64>, String) {
+    use http_body_util::BodyExt;
+    let client = HttpClient::builder(TokioExecutor::new()).build_http();
+    let mut req = ::http::Request::put(format!("http://{addr}/"))
+        .body(http_body_util::Full::new(hyper::body::Bytes::new()))
+        .unwrap();
+    if let Some((resource, token)) = fencing {
+        req.headers_mut()
+            .extend(fencing_headers(resource, t(token)).unwrap());
+    }
+    let res = client.request(req).await.expect("an answer");
+    let status = res.status().as_u16();
+    let newest = res
+        .headers()
+        .get(FENCING_TOKEN_NEWEST)
+        .map(|v| v.to_str().unwrap().parse().unwrap());
+    let body = res.into_body().collect().await.unwrap().to_bytes();
+    (status, newest, String::from_utf8_lossy(&body).into_owned())
+}
+
+/// The layer over `backend` (and, if the store keeps its fences, over a second backend of
+/// the same store, as after a restart of the service).
+async fn the_layer_fences_requests<B: FenceBackend>(
+    store: &str,
+    resource: &str,
+    backend: B,
+    after_restart: Option<B>,
+) {
+    let addr = serve_layer(backend).await;
+    assert_eq!(put(addr, Some((resource, 10))).await.0, 204, "{store}");
+    assert_eq!(
+        put(addr, Some((resource, 10))).await.0,
+        204,
+        "{store}: an equal token"
+    );
+    let (status, newest, body) = put(addr, Some((resource, 5))).await;
+    assert_eq!((status, newest), (409, Some(10)), "{store}: {body}");
+    assert!(body.contains("stale fencing token 5"), "{store}: {body}");
+    let (status, _, body) = put(addr, None).await;
+    assert_eq!(status, 400, "{store}: {body}");
+    assert!(body.contains("no Fencing-Token header"), "{store}: {body}");
+    let unknown = format!("{resource}-never-created");
+    let (status, _, body) = put(addr, Some((&unknown, 11))).await;
+    assert_eq!(status, 400, "{store}: {body}");
+    assert!(body.contains("no fence"), "{store}: {body}");
+    if let Some(again) = after_restart {
+        let addr = serve_layer(again).await;
+        let (status, newest, body) = put(addr, Some((resource, 7))).await;
+        assert_eq!(
+            (status, newest),
+            (409, Some(10)),
+            "{store} after a restart: {body}"
+        );
+        assert_eq!(put(addr, Some((resource, 12))).await.0, 204, "{store}");
+    }
+}
+
+mod http_layer_over {
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn memory() {
+        let r = resource("layer-memory");
+        let fences = MemoryFences::new();
+        fences.create(&r).unwrap();
+        the_layer_fences_requests("memory", &r, fences, None).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn postgres() {
+        let r = resource("layer-pg");
+        sink(Store::Postgres).await.create(&r).await.unwrap();
+        let client = || async {
+            let (db, conn) = tokio_postgres::connect(&servers().pg.url(), tokio_postgres::NoTls)
+                .await
+                .unwrap();
+            tokio::spawn(conn);
+            PgFences::new(db)
+        };
+        the_layer_fences_requests("postgres", &r, client().await, Some(client().await)).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn mariadb() {
+        let r = resource("layer-maria");
+        sink(Store::MariaDb).await.create(&r).await.unwrap();
+        let pool = || MyFences::new(mysql_async::Pool::new(servers().maria.url().as_str()));
+        the_layer_fences_requests("mariadb", &r, pool(), Some(pool())).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn redis() {
+        let r = resource("layer-redis");
+        sink(Store::Redis).await.create(&r).await.unwrap();
+        let conn = || async {
+            let client = ::redis::Client::open(servers().redis.url()).unwrap();
+            RedisFences::new(client.get_multiplexed_async_connection().await.unwrap())
+        };
+        the_layer_fences_requests("redis", &r, conn().await, Some(conn().await)).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn etcd() {
+        let r = resource("layer-etcd");
+        sink(Store::Etcd).await.create(&r).await.unwrap();
+        let client = || async {
+            EtcdFences::new(
+                etcd_client::Client::connect([servers().etcd.endpoint()], None)
+                    .await
+                    .unwrap(),
+            )
+        };
+        the_layer_fences_requests("etcd", &r, client().await, Some(client().await)).await;
+    }
+}
