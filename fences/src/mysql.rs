@@ -324,3 +324,123 @@ impl MyFence {
         Ok(Outcome::Written(rows))
     }
 }
+
+/// The token-column pattern in MySQL's dialect: the protected row carries its own token (no
+/// fence table). In one transaction: `SELECT token … FOR UPDATE` of the row (the locking read
+/// that makes the fence table atomic, see the module docs), then, if no newer token is
+/// there, `UPDATE t SET <yours>, token = ? WHERE key = ?`. (A bare conditional `UPDATE`
+/// cannot tell stale from equal-and-unchanged: MySQL counts changed rows.)
+///
+/// ```no_run
+/// # async fn example(mut conn: mysql_async::Conn, lease: zkfence::Lease) -> Result<(), Box<dyn std::error::Error>> {
+/// use zkfence_fences::{mysql::MyTokenColumn, Outcome};
+/// // account(id VARCHAR(64) PRIMARY KEY, balance BIGINT, fence_token BIGINT UNSIGNED NOT NULL DEFAULT 0)
+/// let column = MyTokenColumn::new("account", "id", "fence_token")?;
+/// let outcome = column
+///     .update(&mut conn, "account-7", lease.token(), "balance = ?", vec![120i64.into()])
+///     .await?;
+/// if let Outcome::Refused(stale) = outcome {
+///     return Err(stale.into());
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct MyTokenColumn {
+    table: String,
+    key: String,
+    token: String,
+    lock: String,
+}
+
+impl MyTokenColumn {
+    /// The rows of `table`, keyed by `key_column`, fenced by `token_column` (a `BIGINT
+    /// UNSIGNED`, 0 for a row no fenced write has touched). InnoDB only.
+    ///
+    /// ```
+    /// use zkfence_fences::mysql::MyTokenColumn;
+    /// assert!(MyTokenColumn::new("account", "id", "fence_token").is_ok());
+    /// assert!(MyTokenColumn::new("account", "id`", "fence_token").is_err());
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidResource`] for a name that is not an identifier.
+    pub fn new(table: &str, key_column: &str, token_column: &str) -> Result<MyTokenColumn, Error> {
+        let table = MyFence::with_table(table)?.table;
+        for column in [key_column, token_column] {
+            if column.contains('.') {
+                return Err(Error::InvalidResource {
+                    resource: column.to_string(),
+                    why: "not a column name".into(),
+                });
+            }
+            MyFence::with_table(column)?;
+        }
+        Ok(MyTokenColumn {
+            lock: format!("SELECT {token_column} FROM {table} WHERE {key_column} = ? FOR UPDATE"),
+            table,
+            key: key_column.to_string(),
+            token: token_column.to_string(),
+        })
+    }
+
+    /// Updates the row whose key is `key` with `set` (your `SET` list, its `?` parameters in
+    /// `params`) and raises its token to `token`, if no newer token has written it.
+    ///
+    /// # Notable errors
+    ///
+    /// - [`Error::InvalidToken`]: nothing was sent.
+    /// - [`Error::NoFence`] if no row has the key.
+    /// - [`Error::Store`] (the transaction rolled back).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancelling before the commit was sent rolls back; during it, whole or nothing.
+    ///
+    /// ```no_run
+    /// # async fn example(conn: &mut mysql_async::Conn, lease: zkfence::Lease) -> Result<(), zkfence_fences::Error> {
+    /// let column = zkfence_fences::mysql::MyTokenColumn::new("account", "id", "fence_token")?;
+    /// let outcome = column.update(conn, "account-7", lease.token(), "balance = balance + ?", vec![20i64.into()]).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn update(
+        &self,
+        conn: &mut Conn,
+        key: impl Into<mysql_async::Value>,
+        token: FencingToken,
+        set: &str,
+        params: Vec<mysql_async::Value>,
+    ) -> Result<Outcome, Error> {
+        crate::common::check_token(token)?;
+        let key: mysql_async::Value = key.into();
+        let mut tx = conn
+            .start_transaction(TxOpts::default())
+            .await
+            .map_err(my)?;
+        let stored: Option<u64> = tx
+            .exec_first(&self.lock, (key.clone(),))
+            .await
+            .map_err(my)?;
+        let Some(stored) = stored else {
+            tx.rollback().await.map_err(my)?;
+            return Err(Error::NoFence {
+                store: STORE,
+                resource: format!("row {}.{} = {}", self.table, self.key, key.as_sql(false)),
+            });
+        };
+        if stored > token.get() {
+            tx.rollback().await.map_err(my)?;
+            return Ok(refused(token, stored));
+        }
+        let sql = format!(
+            "UPDATE {} SET {set}, {} = ? WHERE {} = ?",
+            self.table, self.token, self.key
+        );
+        let mut all = params;
+        all.push(token.get().into());
+        all.push(key);
+        tx.exec_drop(sql, all).await.map_err(my)?;
+        tx.commit().await.map_err(my)?;
+        Ok(Outcome::Written(()))
+    }
+}

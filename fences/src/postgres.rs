@@ -374,3 +374,126 @@ impl PgFence {
         Ok(Outcome::Written(rows))
     }
 }
+
+/// The token-column pattern: the protected row carries its own token (no fence table). One
+/// statement, `UPDATE t SET <yours>, token = $t WHERE key = $k AND token <= $t`, atomic on the
+/// row (its lock); no row updated means stale or missing, which a read then tells apart.
+///
+/// Use it when one row is the whole resource; the fence table ([`PgFence`]) when a write
+/// spans rows or tables.
+///
+/// ```no_run
+/// # async fn example(db: tokio_postgres::Client, lease: zkfence::Lease) -> Result<(), Box<dyn std::error::Error>> {
+/// use zkfence_fences::{postgres::PgTokenColumn, Outcome};
+/// // account(id text PRIMARY KEY, balance bigint, fence_token bigint NOT NULL DEFAULT 0)
+/// let column = PgTokenColumn::new("account", "id", "fence_token")?;
+/// match column
+///     .update(&db, &"account-7", lease.token(), "balance = $1", &[&120i64])
+///     .await?
+/// {
+///     Outcome::Written(()) => {}
+///     Outcome::Refused(stale) => return Err(stale.into()),
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct PgTokenColumn {
+    table: String,
+    key: String,
+    token: String,
+    read: String,
+}
+
+impl PgTokenColumn {
+    /// The rows of `table`, keyed by `key_column`, fenced by `token_column` (a `bigint`,
+    /// 0 for a row no fenced write has touched).
+    ///
+    /// ```
+    /// use zkfence_fences::postgres::PgTokenColumn;
+    /// assert!(PgTokenColumn::new("account", "id", "fence_token").is_ok());
+    /// assert!(PgTokenColumn::new("account", "id; --", "fence_token").is_err());
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidResource`] for a name that is not an identifier.
+    pub fn new(table: &str, key_column: &str, token_column: &str) -> Result<PgTokenColumn, Error> {
+        let table = PgFence::with_table(table)?.table;
+        for column in [key_column, token_column] {
+            PgFence::with_table(column).and_then(|_| {
+                if column.contains('.') {
+                    Err(Error::InvalidResource {
+                        resource: column.to_string(),
+                        why: "not a column name".into(),
+                    })
+                } else {
+                    Ok(())
+                }
+            })?;
+        }
+        Ok(PgTokenColumn {
+            read: format!("SELECT {token_column} FROM {table} WHERE {key_column} = $1"),
+            table,
+            key: key_column.to_string(),
+            token: token_column.to_string(),
+        })
+    }
+
+    /// Updates the row whose key is `key` with `set` (your `SET` list, its parameters `$1`…
+    /// `$n` given in `params`) and raises its token to `token`, if no newer token has
+    /// written it.
+    ///
+    /// # Notable errors
+    ///
+    /// - [`Error::InvalidToken`]: nothing was sent.
+    /// - [`Error::NoFence`] if no row has the key (the resource named is the key).
+    /// - [`Error::Store`], e.g. an error in `set`.
+    ///
+    /// # Cancel safety
+    ///
+    /// One statement: once sent it runs whole or not at all.
+    ///
+    /// ```no_run
+    /// # async fn example(db: tokio_postgres::Client, lease: zkfence::Lease) -> Result<(), zkfence_fences::Error> {
+    /// let column = zkfence_fences::postgres::PgTokenColumn::new("account", "id", "fence_token")?;
+    /// let outcome = column.update(&db, &"account-7", lease.token(), "balance = balance + $1", &[&20i64]).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn update(
+        &self,
+        db: &impl GenericClient,
+        key: &(dyn ToSql + Sync),
+        token: FencingToken,
+        set: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Outcome, Error> {
+        crate::common::check_token(token)?;
+        let t = token_i64(token)?;
+        let n = params.len();
+        let sql = format!(
+            "UPDATE {} SET {set}, {tok} = ${} WHERE {} = ${} AND {tok} <= ${}",
+            self.table,
+            n + 1,
+            self.key,
+            n + 2,
+            n + 1,
+            tok = self.token
+        );
+        let mut all: Vec<&(dyn ToSql + Sync)> = params.to_vec();
+        all.push(&t);
+        all.push(key);
+        if db.execute(&sql, &all).await.map_err(pg)? > 0 {
+            return Ok(Outcome::Written(()));
+        }
+        // Not updated: a newer token (tokens only grow, so this read sees it or a newer
+        // one), or no row when the update ran (then no token above ours is there).
+        let row = db.query_opt(&self.read, &[key]).await.map_err(pg)?;
+        match row.map(|r| r.get::<_, i64>(0)) {
+            Some(newest) if newest > t => Ok(refused(token, newest as u64)),
+            _ => Err(Error::NoFence {
+                store: STORE,
+                resource: format!("row {}.{} = {key:?}", self.table, self.key),
+            }),
+        }
+    }
+}

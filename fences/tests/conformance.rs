@@ -25,6 +25,7 @@
 use std::sync::OnceLock;
 use std::time::Duration;
 
+use mysql_async::prelude::Queryable;
 use zkfence::{FencingToken, Lease, Session, SessionOptions};
 use zkfence_fences::sink::{Entry, EtcdSink, HttpSink, MySink, PgSink, RedisSink, Sink};
 use zkfence_fences::{Error, Outcome};
@@ -672,5 +673,183 @@ mod http_layer_over {
             )
         };
         the_layer_fences_requests("etcd", &r, client().await, Some(client().await)).await;
+    }
+}
+
+// ---- the token-column pattern (PostgreSQL, MariaDB) ----
+//
+// The protected row carries its own token. One body for both: concurrent writers with
+// interleaved tokens counting their hits into the row, equal tokens, a late token, a missing
+// row and token 0.
+
+use zkfence_fences::mysql::MyTokenColumn;
+use zkfence_fences::postgres::PgTokenColumn;
+
+/// A table with a token column, and how to reach it (each PostgreSQL update on a connection
+/// of its own, each MariaDB update on a pooled one: the writers' updates really are
+/// concurrent in the server).
+enum Column {
+    Pg(String, PgTokenColumn),
+    My(String, mysql_async::Pool, MyTokenColumn),
+}
+
+async fn pg_client() -> tokio_postgres::Client {
+    let (db, conn) = tokio_postgres::connect(&servers().pg.url(), tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    db
+}
+
+impl Column {
+    /// A table of its own with one row, `row`, at token 0.
+    async fn make(store: Store) -> Column {
+        let table = format!("tc_{}", uuid::Uuid::new_v4().simple());
+        match store {
+            Store::Postgres => {
+                let (db, conn) =
+                    tokio_postgres::connect(&servers().pg.url(), tokio_postgres::NoTls)
+                        .await
+                        .unwrap();
+                tokio::spawn(conn);
+                db.batch_execute(&format!(
+                    "CREATE TABLE {table} (id text PRIMARY KEY, hits bigint NOT NULL DEFAULT 0, \
+                     fence_token bigint NOT NULL DEFAULT 0); INSERT INTO {table} (id) VALUES ('row')"
+                ))
+                .await
+                .unwrap();
+                let column = PgTokenColumn::new(&table, "id", "fence_token").unwrap();
+                Column::Pg(table, column)
+            }
+            Store::MariaDb => {
+                let pool = mysql_async::Pool::new(servers().maria.url().as_str());
+                let mut conn = pool.get_conn().await.unwrap();
+                conn.query_drop(format!(
+                    "CREATE TABLE {table} (id VARCHAR(64) PRIMARY KEY, hits BIGINT NOT NULL DEFAULT 0, \
+                     fence_token BIGINT UNSIGNED NOT NULL DEFAULT 0) ENGINE=InnoDB"
+                ))
+                .await
+                .unwrap();
+                conn.query_drop(format!("INSERT INTO {table} (id) VALUES ('row')"))
+                    .await
+                    .unwrap();
+                let column = MyTokenColumn::new(&table, "id", "fence_token").unwrap();
+                Column::My(table, pool, column)
+            }
+            other => unreachable!("{other:?} has no token column"),
+        }
+    }
+
+    /// `hits = hits + 1` on `key`, fenced by `token`.
+    async fn hit(&self, key: &str, token: u64) -> Result<Outcome, Error> {
+        match self {
+            Column::Pg(_, column) => {
+                let db = pg_client().await;
+                column
+                    .update(&db, &key, t(token), "hits = hits + $1", &[&1i64])
+                    .await
+            }
+            Column::My(_, pool, column) => {
+                let mut conn = pool.get_conn().await.unwrap();
+                column
+                    .update(
+                        &mut conn,
+                        key,
+                        t(token),
+                        "hits = hits + ?",
+                        vec![1i64.into()],
+                    )
+                    .await
+            }
+        }
+    }
+
+    /// The row's (hits, token).
+    async fn row(&self) -> (i64, u64) {
+        match self {
+            Column::Pg(table, _) => {
+                let sql = format!("SELECT hits, fence_token FROM {table} WHERE id = 'row'");
+                let r = pg_client().await.query_one(&sql, &[]).await.unwrap();
+                (r.get(0), r.get::<_, i64>(1) as u64)
+            }
+            Column::My(table, pool, _) => {
+                let sql = format!("SELECT hits, fence_token FROM {table} WHERE id = 'row'");
+                let mut conn = pool.get_conn().await.unwrap();
+                conn.query_first(sql).await.unwrap().unwrap()
+            }
+        }
+    }
+}
+
+async fn the_token_column_fences_its_row(store: Store) {
+    const WRITERS: u64 = 4;
+    const EACH: u64 = 20;
+    // One column handle per writer (its own connection), over the same table.
+    let first = Column::make(store).await;
+    let reports = futures::future::join_all((0..WRITERS).map(|w| {
+        let column = &first;
+        async move {
+            let mut mine = Vec::new();
+            for i in 0..EACH {
+                let token = 1000 + i * WRITERS + w + 1;
+                mine.push((token, column.hit("row", token).await));
+                tokio::time::sleep(Duration::from_millis(w)).await;
+            }
+            mine
+        }
+    }))
+    .await;
+    let mut written = 0;
+    for (token, outcome) in reports.into_iter().flatten() {
+        match outcome {
+            Ok(Outcome::Written(())) => written += 1,
+            Ok(Outcome::Refused(stale)) => {
+                assert!(stale.newest.get() > token, "{store:?}: {stale:?}")
+            }
+            Err(e) => panic!("{store:?}: token {token}: {e}"),
+        }
+    }
+    let largest = 1000 + EACH * WRITERS;
+    assert_eq!(
+        first.row().await,
+        (written, largest),
+        "{store:?}: hits are the writes acknowledged"
+    );
+    assert!(
+        written < (WRITERS * EACH) as i64,
+        "{store:?}: the writers did not interleave"
+    );
+    // An equal token again, then a late one.
+    assert!(
+        first.hit("row", largest).await.unwrap().is_written(),
+        "{store:?}"
+    );
+    match first.hit("row", 1001).await.unwrap() {
+        Outcome::Refused(stale) => assert_eq!(stale.newest, t(largest), "{store:?}"),
+        other => panic!("{store:?}: a late token: {other:?}"),
+    }
+    assert_eq!(first.row().await, (written + 1, largest), "{store:?}");
+    // No such row; token 0.
+    match first.hit("no-such-row", 5000).await {
+        Err(e @ Error::NoFence { .. }) => assert!(e.to_string().contains("no-such-row"), "{e}"),
+        other => panic!("{store:?}: a missing row: {other:?}"),
+    }
+    assert!(
+        matches!(first.hit("row", 0).await, Err(Error::InvalidToken { .. })),
+        "{store:?}"
+    );
+}
+
+mod token_column {
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn postgres() {
+        the_token_column_fences_its_row(Store::Postgres).await
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn mariadb() {
+        the_token_column_fences_its_row(Store::MariaDb).await
     }
 }
