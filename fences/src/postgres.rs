@@ -22,7 +22,7 @@
 //! Two ways to use it: [`PgFence::write`] (the statements given, in a transaction it opens
 //! and ends), or [`PgFence::begin`] / [`PgFence::admit`] for a transaction of your own.
 
-use tokio_postgres::types::ToSql;
+use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{Client, GenericClient, Transaction};
 use zkfence::FencingToken;
 
@@ -268,8 +268,10 @@ impl PgFence {
     ) -> Result<Outcome, Error> {
         check_input(resource, token)?;
         let t = token_i64(token)?;
+        // Typed: parse, bind and execute in one round trip (an untyped statement is
+        // prepared first, a round trip of its own).
         if tx
-            .query_opt(&self.admit, &[&resource, &t])
+            .query_typed_opt(&self.admit, &[(&resource, Type::TEXT), (&t, Type::INT8)])
             .await
             .map_err(pg)?
             .is_some()
@@ -278,7 +280,11 @@ impl PgFence {
         }
         // Not admitted: a newer token, or no fence. At READ COMMITTED this read sees the
         // newest committed token (a new snapshot per statement).
-        match tx.query_opt(&self.newest, &[&resource]).await.map_err(pg)? {
+        match tx
+            .query_typed_opt(&self.newest, &[(&resource, Type::TEXT)])
+            .await
+            .map_err(pg)?
+        {
             None => Err(Error::NoFence {
                 store: STORE,
                 resource: resource.to_string(),
