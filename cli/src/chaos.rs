@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use zkfence_testcontainers::chaos::{self, ChaosConfig, FaultKind, Recipe};
+use zkfence_testcontainers::chaos::{self, ChaosConfig, FaultKind, Recipe, Store};
 use zkfence_testcontainers::HarnessError;
 
 use crate::duration;
@@ -46,9 +46,15 @@ pub struct Args {
     /// The servers' tickTime.
     #[arg(long, default_value = "200ms", value_parser = duration::parse, value_name = "DUR")]
     tick_time: Duration,
-    /// Also write every fenced write to a PostgreSQL row, by the fenced_postgres recipe's SQL
-    /// (a conditional update on the stored token), in a throwaway PostgreSQL on loopback
-    /// (needs its server binaries: apt-get install -y postgresql, or PG_BINDIR).
+    /// Also write every step to these stores, comma-separated: postgres, mariadb, redis,
+    /// etcd, http, or all; each through its fence (zkfence-fences), in a throwaway server on
+    /// loopback (http: a service behind the fencing layer in this process), each judged by
+    /// its own record of committed writes. The servers' binaries must be installed
+    /// (apt-get install -y postgresql mariadb-server redis-server etcd-server; PG_BINDIR for
+    /// PostgreSQL elsewhere).
+    #[arg(long, value_parser = parse_stores, value_name = "STORE,...")]
+    sink: Option<Stores>,
+    /// The same as --sink postgres (with --sink: adds postgres).
     #[arg(long)]
     postgres: bool,
     /// Where to write history.jsonl, timeline.svg and the contenders' logs (created if
@@ -57,13 +63,21 @@ pub struct Args {
     out: Option<PathBuf>,
     /// Run no campaign: check the history FILE (a history.jsonl of an earlier run) again and
     /// draw its timeline again.
-    #[arg(long, value_name = "FILE", conflicts_with_all = ["duration", "seed", "faults", "recipe", "permits", "nodes", "clients", "session_timeout", "tick_time", "postgres"])]
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["duration", "seed", "faults", "recipe", "permits", "nodes", "clients", "session_timeout", "tick_time", "sink", "postgres"])]
     check: Option<PathBuf>,
     /// With --check: draw only the seconds FROM..TO of the campaign, e.g. "300s..600s" (a
     /// long run's whole picture is wide), to DIR/timeline-FROM-TO.svg (timeline-5m-10m.svg)
     /// beside the whole timeline.svg.
     #[arg(long, requires = "check", value_parser = parse_window, value_name = "FROM..TO")]
     window: Option<(Duration, Duration)>,
+}
+
+/// The stores of `--sink` (one value: a comma-separated list, or `all`).
+#[derive(Debug, Clone)]
+struct Stores(Vec<Store>);
+
+fn parse_stores(s: &str) -> Result<Stores, String> {
+    Store::parse_list(s).map(Stores)
 }
 
 /// The recipes of `--recipe` (one value: a comma-separated list, or `mixed`).
@@ -144,7 +158,11 @@ pub fn task(args: Args) -> Result<Task, Failure> {
     config.clients = args.clients as usize;
     config.session_timeout = args.session_timeout;
     config.tick_time = args.tick_time;
-    config.postgres = args.postgres;
+    let mut sinks = args.sink.map(|s| s.0).unwrap_or_default();
+    if args.postgres && !sinks.contains(&Store::Postgres) {
+        sinks.insert(0, Store::Postgres);
+    }
+    config.sinks = sinks;
     config.out_dir = args.out.unwrap_or_else(|| PathBuf::from("zkfence-chaos"));
     config
         .validate()
@@ -188,6 +206,7 @@ pub async fn run(task: Task) -> Result<u8, Failure> {
 async fn campaign(config: ChaosConfig) -> Result<chaos::Report, Failure> {
     let kinds: Vec<&str> = config.faults.iter().map(|k| k.name()).collect();
     let recipes: Vec<&str> = config.recipes.iter().map(|r| r.name()).collect();
+    let stores: Vec<&str> = config.sinks.iter().map(|s| s.title()).collect();
     eprintln!(
         "zkfence chaos: seed {}, {}s of faults ({}) on {} servers, {} clients driving {}, \
          session timeout {:?}, tickTime {:?}{}; writing to {}",
@@ -199,16 +218,17 @@ async fn campaign(config: ChaosConfig) -> Result<chaos::Report, Failure> {
         recipes.join(", "),
         config.session_timeout,
         config.tick_time,
-        if config.postgres {
-            ", writes to PostgreSQL too"
-        } else {
-            ""
+        match stores.len() {
+            0 => String::new(),
+            _ => format!(", writes to {} too", stores.join(", ")),
         },
         config.out_dir.display()
     );
     chaos::run(config).await.map_err(|e| match e {
         // Said by `task`'s check already, unless the binaries went away since.
-        HarnessError::PostgresNotFound { .. } => Failure::new(exit::USAGE, e.to_string()),
+        HarnessError::PostgresNotFound { .. } | HarnessError::ServerNotFound { .. } => {
+            Failure::new(exit::USAGE, e.to_string())
+        }
         HarnessError::Postgres { .. } => Failure::new(
             exit::ERROR,
             format!("could not run a local PostgreSQL: {e}"),

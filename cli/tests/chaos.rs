@@ -1,6 +1,7 @@
-//! `zkfence chaos` (issues 23 and 46): a 60-second campaign of every recipe (`--recipe
-//! mixed`) with every fault kind against a real ensemble, its writes going to a real
-//! PostgreSQL too (`--postgres`), finds no violation, prints its summary, and leaves a
+//! `zkfence chaos` (issues 23, 43, 45 and 46): a 60-second campaign of every recipe
+//! (`--recipe mixed`) with every fault kind against a real ensemble, its writes going through
+//! the fences of real PostgreSQL, MariaDB, Redis and etcd servers and an HTTP service too
+//! (`--sink all`), finds no violation, prints its summary, and leaves a
 //! history that parses and a timeline; settings that cannot work (PostgreSQL missing
 //! included) are refused before anything starts; a history whose final check for nodes left
 //! could not be made fails, saying why.
@@ -45,7 +46,7 @@ async fn chaos_env(
 }
 
 #[tokio::test]
-async fn a_minute_of_every_recipe_and_fault_kind_with_postgres_finds_no_violation() {
+async fn a_minute_of_every_recipe_and_fault_kind_with_every_store_finds_no_violation() {
     let dir = std::env::temp_dir().join(format!(
         "zkfence-chaos-test-{}",
         uuid::Uuid::new_v4().simple()
@@ -59,7 +60,8 @@ async fn a_minute_of_every_recipe_and_fault_kind_with_postgres_finds_no_violatio
             "23",
             "--recipe",
             "mixed",
-            "--postgres",
+            "--sink",
+            "all",
             "--out",
             out,
         ],
@@ -123,24 +125,41 @@ async fn a_minute_of_every_recipe_and_fault_kind_with_postgres_finds_no_violatio
         summary.contains(&format!("{} late writes refused", count("write-refused"))),
         "{summary}"
     );
-    // PostgreSQL: its log of committed writes is in the history, and the summary counts it
-    // and the writers' refusals.
-    let last_two = &events[events.len() - 2];
-    assert_eq!(last_two["event"], "postgres-final", "{last_two}");
-    assert!(last_two["error"].is_null(), "{last_two}");
-    let committed = last_two["writes"].as_array().expect("the log").len();
-    assert!(committed >= count("granted") / 2, "{summary}");
-    assert!(
-        summary.contains(&format!(
-            "PostgreSQL {committed} writes accepted, {} late writes refused",
-            count("pg-write-refused")
-        )),
-        "{summary}"
-    );
-    assert!(
-        count("pg-write-accepted") + count("pg-write-failed") >= committed / 2,
-        "the writers report their commits: {summary}"
-    );
+    // Each store: its record of committed writes is in the history, and the summary counts
+    // it and the writers' refusals.
+    for (store, title) in [
+        ("postgres", "PostgreSQL"),
+        ("mariadb", "MariaDB"),
+        ("redis", "Redis"),
+        ("etcd", "etcd"),
+        ("http", "HTTP service"),
+    ] {
+        let record = events
+            .iter()
+            .find(|e| e["event"] == "store-final" && e["store"] == store)
+            .unwrap_or_else(|| panic!("no record of {store}"));
+        assert!(record["error"].is_null(), "{record}");
+        let committed = record["writes"].as_array().expect("the record").len();
+        assert!(committed >= count("granted") / 2, "{store}: {summary}");
+        let of = |outcome: &str| {
+            (events.iter())
+                .filter(|e| {
+                    e["event"] == "store-write" && e["store"] == store && e["outcome"] == outcome
+                })
+                .count()
+        };
+        assert!(
+            summary.contains(&format!(
+                "{title} {committed} writes accepted, {} late writes refused",
+                of("refused")
+            )),
+            "{store}: {summary}"
+        );
+        assert!(
+            of("written") + of("failed") >= committed / 2,
+            "{store}'s writers report their commits: {summary}"
+        );
+    }
     let svg = std::fs::read_to_string(dir.join("timeline.svg")).expect("the timeline");
     assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
     assert!(svg.contains("client 4") && svg.contains("faults"));
@@ -176,6 +195,8 @@ async fn settings_that_cannot_work_are_refused_before_anything_starts() {
             "fewer than the 5 clients",
         ),
         (&["--check", "h.jsonl", "--recipe", "multi"], "--recipe"),
+        (&["--sink", "postgres,mongodb"], "unknown store \"mongodb\""),
+        (&["--check", "h.jsonl", "--sink", "redis"], "--sink"),
         (
             &["--check", "/nonexistent/history.jsonl"],
             "cannot check /nonexistent/history.jsonl",

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::{FaultKind, Recipe};
+use super::{FaultKind, Recipe, Store};
 use crate::HarnessError;
 
 /// The settings of a campaign. [`ChaosConfig::new`] gives the defaults; set the fields.
@@ -31,10 +31,11 @@ pub struct ChaosConfig {
     /// The program to run as a contender, and its arguments (the contender's configuration
     /// is appended as one more).
     pub contender: (PathBuf, Vec<String>),
-    /// Whether every fenced write also goes to a PostgreSQL row, by the `fenced_postgres`
-    /// recipe's SQL, in a throwaway [`Postgres`](crate::Postgres) the campaign starts.
-    /// Default false.
-    pub postgres: bool,
+    /// The stores every step also writes to, each through its fence (`zkfence-fences`' sinks),
+    /// each in a throwaway server the campaign starts ([`Postgres`](crate::Postgres),
+    /// [`MariaDb`](crate::MariaDb), [`Redis`](crate::Redis), [`Etcd`](crate::Etcd), and an
+    /// HTTP service in the campaign process). Default: none.
+    pub sinks: Vec<Store>,
     /// The recipes the contenders drive (each hold is of one of them, chosen at random).
     /// Default: the lock.
     pub recipes: Vec<Recipe>,
@@ -56,10 +57,19 @@ impl ChaosConfig {
             tick_time: Duration::from_millis(200),
             out_dir: PathBuf::from("zkfence-chaos"),
             contender: (program.into(), args),
-            postgres: false,
+            sinks: Vec::new(),
             recipes: vec![Recipe::Lock],
             permits: 2,
         }
+    }
+
+    /// The resources whose writes go through token fences (the register's, the stores'):
+    /// every recipe's but the semaphore's.
+    pub(crate) fn fenced_resources(&self) -> Vec<String> {
+        (self.recipes.iter())
+            .filter(|r| r.fences_by_token())
+            .flat_map(|r| r.resources())
+            .collect()
     }
 
     /// The longest a hold lasts when nothing goes wrong: half a session timeout.
@@ -78,12 +88,14 @@ impl ChaosConfig {
 
     /// Checks that the settings can work: 1, 3 or 5 nodes (server faults need 3), at least
     /// 2 clients, a session timeout within 2 and 20 tickTimes (ZooKeeper's clamp), at least
-    /// one recipe, a semaphore's permits fewer than the clients, and with
-    /// [`postgres`](Self::postgres), PostgreSQL's server binaries installed.
+    /// one recipe, a semaphore's permits fewer than the clients, and with PostgreSQL among
+    /// the [`sinks`](Self::sinks), its server binaries installed (the other stores' are
+    /// looked for when they start, before the ensemble).
     ///
     /// # Notable errors
     /// [`HarnessError::InvalidConfig`] saying which setting is wrong;
-    /// [`HarnessError::PostgresNotFound`] with `postgres` set, if no server can be started.
+    /// [`HarnessError::PostgresNotFound`] with PostgreSQL among the sinks, if no server can be
+    /// started.
     ///
     /// ```
     /// use zkfence_testcontainers::chaos::ChaosConfig;
@@ -127,7 +139,7 @@ impl ChaosConfig {
         if self.nodes == 1 && self.faults.iter().any(|k| k.hurts_a_server()) {
             return bad("server faults need at least 3 nodes".into());
         }
-        if self.postgres {
+        if self.sinks.contains(&Store::Postgres) {
             // Before anything starts: a missing server is a setting that cannot work.
             crate::postgres::check_available()?;
         }

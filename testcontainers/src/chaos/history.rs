@@ -13,7 +13,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::recipe::LOCK_PATH;
-use super::{FaultKind, Recipe};
+use super::{FaultKind, Recipe, Store};
 
 /// Microseconds on `CLOCK_MONOTONIC`, the one clock of a campaign and its contenders.
 pub(crate) fn monotonic_us() -> u64 {
@@ -97,9 +97,13 @@ pub enum Event {
         /// The bound of the liveness check: a grant within this much fault-free time after
         /// each heal.
         grant_bound_ms: u64,
-        /// Whether every write also went to a PostgreSQL row (`--postgres`).
+        /// Whether every write also went to a PostgreSQL row (`--postgres` in histories from
+        /// before `--sink`; see `sinks`).
         #[serde(default)]
         postgres: bool,
+        /// The stores every write also went to, each through its fence (`--sink`).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        sinks: Vec<Store>,
         /// The recipes the contenders drove (histories before there was a choice: the lock).
         #[serde(default = "lock_only")]
         recipes: Vec<Recipe>,
@@ -285,6 +289,44 @@ pub enum Event {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         error: Option<String>,
     },
+    /// A store's fence answered a write (`--sink`), as its writer heard it (recorded when
+    /// the answer came: the history's order of these is not the store's, see
+    /// [`Event::StoreFinal`]).
+    StoreWrite {
+        /// The store.
+        store: Store,
+        /// The writer.
+        client: usize,
+        /// The token the write carried.
+        token: u64,
+        /// The writer's sequence number of the write (the register's write of the same step
+        /// has the same).
+        seq: u64,
+        /// The resource written.
+        path: String,
+        /// What the writer heard.
+        outcome: WriteOutcome,
+        /// With [`WriteOutcome::Refused`]: the newest token the fence had accepted.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        newest: Option<u64>,
+        /// With [`WriteOutcome::Failed`]: the error (whether it committed, the store's record
+        /// says).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
+    },
+    /// A store's own record once every contender had stopped (recorded just before
+    /// [`Event::Finished`]).
+    StoreFinal {
+        /// The store.
+        store: Store,
+        /// Each resource's newest token its fence accepted.
+        tokens: BTreeMap<String, u64>,
+        /// Every write the store committed, in its own commit order per resource.
+        writes: Vec<CommittedWrite>,
+        /// Why the record could not be read, if it could not.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
+    },
     /// PostgreSQL's fence admitted a write and the transaction committed (recorded by the
     /// writer once the commit returned: the history's order of these is not PostgreSQL's,
     /// see [`Event::PostgresFinal`]).
@@ -342,7 +384,7 @@ pub enum Event {
         /// Every write PostgreSQL committed, as (client, token, seq, resource), in
         /// PostgreSQL's own order (its log's serial key: each accepted write is logged while
         /// it holds the fence row's lock).
-        writes: Vec<PgLogged>,
+        writes: Vec<CommittedWrite>,
         /// Why the state could not be read, if it could not.
         error: Option<String>,
     },
@@ -456,6 +498,7 @@ impl Event {
             | Event::ReadAccepted { client, .. }
             | Event::ReadRefused { client, .. }
             | Event::ZkWrite { client, .. }
+            | Event::StoreWrite { client, .. }
             | Event::HolderNodeDeleted { client, .. }
             | Event::ContenderExited { client, .. } => Some(client),
             Event::FaultStarted { client, .. } => client,
@@ -464,12 +507,12 @@ impl Event {
     }
 }
 
-/// One write in PostgreSQL's log: (client, token, seq, resource); written as a JSON array
-/// of four, read also as the three of histories from before there were several resources
-/// (then the resource is the lock's).
+/// One write in a store's record of committed writes: (client, token, seq, resource);
+/// written as a JSON array of four, read also as the three of PostgreSQL's log in histories
+/// from before there were several resources (then the resource is the lock's).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(from = "PgLoggedJson", into = "PgLoggedJson")]
-pub struct PgLogged {
+#[serde(from = "CommittedJson", into = "CommittedJson")]
+pub struct CommittedWrite {
     /// The writer.
     pub client: usize,
     /// The token the write carried.
@@ -482,18 +525,18 @@ pub struct PgLogged {
 
 #[derive(Clone, Serialize, Deserialize)]
 #[serde(untagged)]
-enum PgLoggedJson {
+enum CommittedJson {
     Resource(usize, u64, u64, String),
     Lock(usize, u64, u64),
 }
 
-impl From<PgLoggedJson> for PgLogged {
-    fn from(j: PgLoggedJson) -> PgLogged {
+impl From<CommittedJson> for CommittedWrite {
+    fn from(j: CommittedJson) -> CommittedWrite {
         let (client, token, seq, path) = match j {
-            PgLoggedJson::Resource(c, t, s, p) => (c, t, s, p),
-            PgLoggedJson::Lock(c, t, s) => (c, t, s, lock_path()),
+            CommittedJson::Resource(c, t, s, p) => (c, t, s, p),
+            CommittedJson::Lock(c, t, s) => (c, t, s, lock_path()),
         };
-        PgLogged {
+        CommittedWrite {
             client,
             token,
             seq,
@@ -502,10 +545,22 @@ impl From<PgLoggedJson> for PgLogged {
     }
 }
 
-impl From<PgLogged> for PgLoggedJson {
-    fn from(w: PgLogged) -> PgLoggedJson {
-        PgLoggedJson::Resource(w.client, w.token, w.seq, w.path)
+impl From<CommittedWrite> for CommittedJson {
+    fn from(w: CommittedWrite) -> CommittedJson {
+        CommittedJson::Resource(w.client, w.token, w.seq, w.path)
     }
+}
+
+/// What a writer heard from a store's fence.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum WriteOutcome {
+    /// Committed.
+    Written,
+    /// Refused: a newer token had been accepted; nothing was written.
+    Refused,
+    /// An error: committed or not, the writer does not know.
+    Failed,
 }
 
 /// The resource of records from before there were several.

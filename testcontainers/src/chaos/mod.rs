@@ -5,8 +5,8 @@
 //! `clients` contender processes, each with its own zkfence session through its own
 //! [`FaultProxy`](crate::FaultProxy), driving the [`ChaosConfig::recipes`] (see [`Recipe`]).
 //! Each loops: acquire a recipe chosen at random with a timeout, write (token, client,
-//! sequence) for each resource it holds to the register (and with [`ChaosConfig::postgres`]
-//! to a PostgreSQL row by the `fenced_postgres` recipe's SQL, and in half of the holds into
+//! sequence) for each resource it holds to the register (and with [`ChaosConfig::sinks`]
+//! to each store through its fence from `zkfence-fences`, and in half of the holds into
 //! ZooKeeper through `Lease::fenced_write`), hold for a random time with more writes, release
 //! or drop. Meanwhile faults from a seeded schedule (see [`FaultKind`]) start and heal, one
 //! or more at a time. Every grant, loss, release, write decision and fault is recorded on
@@ -43,7 +43,7 @@ mod history;
 mod recipe;
 mod register;
 mod report;
-mod sql;
+mod store;
 mod timeline;
 
 pub use campaign::run;
@@ -51,9 +51,10 @@ pub use check::{check, holder_told_bound, holds, Hold, Rule, Violation, TOLD_ROU
 pub use config::ChaosConfig;
 pub use contender::contender_main;
 pub use faults::FaultKind;
-pub use history::{read_jsonl, write_jsonl, Event, PgLogged, Record};
+pub use history::{read_jsonl, write_jsonl, CommittedWrite, Event, Record, WriteOutcome};
 pub use recipe::Recipe;
 pub use report::{recheck, Report};
+pub use store::Store;
 pub use timeline::{draw, draw_window};
 
 /// The first argument that makes a program run [`contender_main`] (the `zkfence` CLI's

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::check::{self, check, Violation};
-use super::{draw_window, read_jsonl, Event, FaultKind, Recipe, Record};
+use super::{draw_window, read_jsonl, Event, FaultKind, Recipe, Record, Store};
 
 /// What a campaign did and found.
 #[derive(Debug, Clone)]
@@ -103,36 +103,21 @@ impl Report {
         self.count(|e| matches!(e, Event::WriteRefused { .. }))
     }
 
-    /// Whether the campaign also wrote to PostgreSQL (`--postgres`).
-    pub fn with_postgres(&self) -> bool {
-        self.count(|e| matches!(e, Event::Campaign { postgres: true, .. })) > 0
+    /// The stores the campaign also wrote to (`--sink`; `--postgres` in older histories).
+    pub fn stores(&self) -> Vec<Store> {
+        check::stores_of(&self.history)
     }
 
-    /// Writes PostgreSQL committed: its own log's count (a writer may have died before it
-    /// reported its commit), or the writers' reports if the log could not be read.
-    pub fn pg_accepted_writes(&self) -> usize {
-        self.history
-            .iter()
-            .find_map(|r| match &r.event {
-                Event::PostgresFinal {
-                    writes,
-                    error: None,
-                    ..
-                } => Some(writes.len()),
-                _ => None,
-            })
-            .unwrap_or_else(|| self.count(|e| matches!(e, Event::PgWriteAccepted { .. })))
+    /// The writes `store` committed, by its own record (or, if that could not be read, as
+    /// its writers heard), and the late writes it refused.
+    pub fn store_writes(&self, store: Store) -> (usize, usize) {
+        check::store_counts(&self.history, store)
     }
 
-    /// Late writes PostgreSQL's fence refused.
-    pub fn pg_refused_writes(&self) -> usize {
-        self.count(|e| matches!(e, Event::PgWriteRefused { .. }))
-    }
-
-    /// Writes the register and PostgreSQL judged differently (one accepted, the other
-    /// refused): no violation, see [`check`].
-    pub fn judged_differently(&self) -> usize {
-        check::judged_differently(&self.history)
+    /// Writes the register and `store` judged differently (one accepted, the other refused):
+    /// no violation, see [`check`].
+    pub fn judged_differently(&self, store: Store) -> usize {
+        check::judged_differently(&self.history, store)
     }
 
     /// Faults started, by kind.
@@ -175,17 +160,17 @@ impl Report {
         let faults = self.faults();
         let total: usize = faults.values().sum();
         let kinds: Vec<String> = faults.iter().map(|(k, n)| format!("{k} {n}")).collect();
-        let postgres = if self.with_postgres() {
-            format!(
-                ", PostgreSQL {} writes accepted, {} late writes refused ({} judged otherwise \
-                 by the register)",
-                self.pg_accepted_writes(),
-                self.pg_refused_writes(),
-                self.judged_differently()
-            )
-        } else {
-            String::new()
-        };
+        let stores: String = (self.stores().into_iter())
+            .map(|store| {
+                let (committed, refused) = self.store_writes(store);
+                format!(
+                    ", {} {committed} writes accepted, {refused} late writes refused ({} \
+                     judged otherwise by the register)",
+                    store.title(),
+                    self.judged_differently(store)
+                )
+            })
+            .collect();
         // Only when it happened: most runs have none, and their line stays as it was.
         let restarts = match self.restart_failures() {
             0 => String::new(),
@@ -224,7 +209,7 @@ impl Report {
         };
         format!(
             "zkfence chaos: seed {}, {}s: {} grants{by_recipe}, {} writes accepted, {} late \
-             writes refused{reads}{zk}{postgres}{told}, {} faults ({}), {} skipped{restarts}, {} \
+             writes refused{reads}{zk}{stores}{told}, {} faults ({}), {} skipped{restarts}, {} \
              violations",
             self.seed,
             self.duration.as_secs(),

@@ -2,7 +2,7 @@
 //! with its holds as bars, colored by recipe (a read lock's narrower; the part after its
 //! holder was blinded, by a stall, a forced expiry or its node deleted, in a pale blue),
 //! accepted writes as dots,
-//! refused late writes as red crosses (and PostgreSQL's refusals, with `--postgres`, as purple
+//! refused late writes as red crosses (and the stores' refusals, with `--sink`, as purple
 //! triangles); faults as shaded bands (across every lane for a server
 //! fault, across its victim's lane for a client fault) and as bars in a lane of their own;
 //! violations as red lines.
@@ -15,7 +15,7 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 
 use super::check::holds;
-use super::{Event, FaultKind, Recipe, Record, Violation};
+use super::{Event, FaultKind, Recipe, Record, Violation, WriteOutcome};
 
 /// Above this many accepted writes the dots are left out (a long run's picture stays small).
 const MAX_WRITE_DOTS: usize = 2_000;
@@ -54,7 +54,7 @@ fn hold_color(recipe: Recipe) -> RGBColor {
 }
 /// The rest of a hold once its holder was blinded: it believes it holds, but cannot know.
 const BLINDED: RGBColor = RGBColor(170, 195, 235);
-/// PostgreSQL's refusals (`--postgres`): purple triangles, apart from the register's crosses.
+/// The stores' refusals (`--sink`): purple triangles, apart from the register's crosses.
 const PG_REFUSED: RGBColor = RGBColor(130, 40, 170);
 
 fn color_of(kind: FaultKind) -> RGBColor {
@@ -255,10 +255,15 @@ fn draw_on(
         )),
         _ => None,
     }))?;
-    // PostgreSQL's refusals: a triangle just above the lane, so that a write both fences
-    // refused shows both marks.
+    // The stores' refusals: a triangle just above the lane, so that a write the register and
+    // a store both refused shows both marks.
     chart.draw_series(h.iter().filter_map(|r| match r.event {
-        Event::PgWriteRefused { client, .. } if inside(s(r.t_us)) => Some(TriangleMarker::new(
+        Event::PgWriteRefused { client, .. }
+        | Event::StoreWrite {
+            client,
+            outcome: WriteOutcome::Refused,
+            ..
+        } if inside(s(r.t_us)) => Some(TriangleMarker::new(
             (s(r.t_us), client as f64 + 0.2),
             5,
             PG_REFUSED.filled(),
@@ -290,11 +295,11 @@ fn draw_on(
         ),
         ("refused late write (x)".into(), RED),
     ]);
-    if h.iter()
-        .any(|r| matches!(r.event, Event::Campaign { postgres: true, .. }))
-    {
+    let stores = super::check::stores_of(h);
+    if !stores.is_empty() {
+        let names: Vec<&str> = stores.iter().map(|s| s.title()).collect();
         entries.push((
-            "late write refused by PostgreSQL (triangle)".into(),
+            format!("late write refused by {} (triangle)", names.join(", ")),
             PG_REFUSED,
         ));
     }
@@ -375,6 +380,7 @@ mod tests {
                     faults: vec![FaultKind::StallHolder],
                     grant_bound_ms: 18_000,
                     postgres: false,
+                    sinks: vec![],
                     recipes: vec![Recipe::Lock],
                     permits: 0,
                 },
@@ -460,6 +466,7 @@ mod tests {
                     faults: vec![],
                     grant_bound_ms: 18_000,
                     postgres,
+                    sinks: vec![],
                     recipes: vec![Recipe::Lock],
                     permits: 0,
                 },

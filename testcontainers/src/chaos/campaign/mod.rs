@@ -3,6 +3,7 @@
 //! Injecting each fault, and choosing its victim, is in `inject.rs`.
 
 mod inject;
+mod stores;
 
 use std::collections::HashSet;
 use std::process::Stdio;
@@ -21,8 +22,9 @@ use super::faults::{self, FaultKind, ServerBudget};
 use super::history::Recorder;
 use super::recipe::data_node;
 use super::register::RegisterServer;
-use super::{check, draw, sql, write_jsonl, ChaosConfig, Event, Record, Report};
-use crate::{Ensemble, FaultProxy, HarnessError, Postgres};
+use super::{check, draw, write_jsonl, ChaosConfig, Event, Record, Report};
+use crate::{Ensemble, FaultProxy, HarnessError};
+use stores::StoreServer;
 
 /// One contender's process, as the campaign drives it.
 struct Slot {
@@ -38,9 +40,8 @@ struct Campaign {
     proxies: Vec<FaultProxy>,
     admin: Session,
     register: RegisterServer,
-    /// With `--postgres`: the server, and the campaign's own connection (for the schema and
-    /// the final state).
-    postgres: Option<(Postgres, tokio_postgres::Client)>,
+    /// With `--sink`: each store's server and the campaign's sink of it.
+    stores: Vec<StoreServer>,
     recorder: Recorder,
     slots: Mutex<Vec<Option<Slot>>>,
     /// What each contender holds now, as its events say.
@@ -66,11 +67,8 @@ pub async fn run(config: ChaosConfig) -> Result<Report, HarnessError> {
     config.validate()?;
     std::fs::create_dir_all(&config.out_dir)?;
     let t = config.session_timeout;
-    // PostgreSQL first: if it cannot start, no ensemble has been started for nothing.
-    let postgres = match config.postgres {
-        true => Some(start_postgres().await?),
-        false => None,
-    };
+    // The stores first: if one cannot start, no ensemble has been started for nothing.
+    let stores = stores::start(&config.sinks, &config.fenced_resources()).await?;
     let zk = Ensemble::builder()
         .nodes(config.nodes)
         .tick_time(config.tick_time)
@@ -88,7 +86,8 @@ pub async fn run(config: ChaosConfig) -> Result<Report, HarnessError> {
         tick_time_ms: config.tick_time.as_millis() as u64,
         faults: config.faults.clone(),
         grant_bound_ms: config.grant_bound().as_millis() as u64,
-        postgres: config.postgres,
+        postgres: false,
+        sinks: config.sinks.clone(),
         recipes: config.recipes.clone(),
         permits: config.permits,
     });
@@ -105,7 +104,7 @@ pub async fn run(config: ChaosConfig) -> Result<Report, HarnessError> {
     make_data_nodes(&admin, &config).await?;
     let register = RegisterServer::start(recorder.clone()).await?;
     let campaign = Arc::new(Campaign {
-        postgres,
+        stores,
         zk: Arc::new(zk),
         proxies,
         admin,
@@ -161,7 +160,9 @@ impl Campaign {
             seed: c.seed,
             max_hold_ms: c.max_hold().as_millis() as u64,
             origin_us: self.recorder.origin_us,
-            postgres: self.postgres.as_ref().map(|(pg, _)| pg.url()),
+            sinks: (self.stores.iter())
+                .map(|s| (s.store, s.address.clone()))
+                .collect(),
         };
         let log = std::fs::OpenOptions::new()
             .create(true)
@@ -321,26 +322,12 @@ impl Campaign {
         let mut server_pids: Vec<u32> = (0..self.config.nodes)
             .filter_map(|i| self.zk.pid(i))
             .collect();
-        if let Some((pg, db)) = self.postgres {
-            let resources: Vec<String> = (self.config.recipes.iter())
-                .filter(|r| r.fences_by_token())
-                .flat_map(|r| r.resources())
-                .collect();
-            let (tokens, writes, error) = match sql::final_state(&db, &resources).await {
-                Ok((tokens, writes)) => (tokens, writes, None),
-                Err(e) => (Default::default(), Vec::new(), Some(e)),
-            };
-            self.recorder.record(Event::PostgresFinal {
-                token: None,
-                tokens,
-                writes,
-                error,
-            });
-            drop(db);
-            // Every process of the server, its backends too.
-            server_pids.extend(pg.pids());
-            drop(pg);
+        let resources = self.config.fenced_resources();
+        for store in &self.stores {
+            self.recorder.record(store.record(&resources).await);
+            server_pids.extend(store.pids());
         }
+        drop(self.stores);
         drop(self.proxies);
         drop(self.register);
         let zk = Arc::into_inner(self.zk).expect("no fault task holds the ensemble");
@@ -368,26 +355,6 @@ impl Campaign {
             timeline_path,
         })
     }
-}
-
-/// Starts the campaign's PostgreSQL and creates the recipe's tables in it.
-async fn start_postgres() -> Result<(Postgres, tokio_postgres::Client), HarnessError> {
-    let pg = Postgres::launch().await?;
-    let failed = |what: String| HarnessError::Postgres {
-        what,
-        log_tail: pg.log_tail(20),
-    };
-    let db = sql::connect(&pg.url(), Duration::from_secs(30))
-        .await
-        .map_err(|e| failed(format!("cannot connect: {e}")))?;
-    db.batch_execute(sql::SCHEMA).await.map_err(|e| {
-        failed(format!(
-            "cannot create the tables: {}",
-            sql::with_causes(&e)
-        ))
-    })?;
-    tracing::info!(url = %pg.url(), "chaos: PostgreSQL serving");
-    Ok((pg, db))
 }
 
 /// The nodes under `queues` (a queue that does not exist has none), or why they could not

@@ -1,7 +1,7 @@
 //! Hand-written histories and records for the checker's tests.
 
 use super::super::history::at;
-use super::super::{Event, FaultKind, PgLogged, Recipe, Record, LOCK_PATH};
+use super::super::{CommittedWrite, Event, FaultKind, Recipe, Record, LOCK_PATH};
 use super::{check, Rule};
 
 /// A grant of `path` by `recipe` (`read`: a read lock's).
@@ -113,6 +113,7 @@ pub(crate) fn campaign() -> Record {
             faults: FaultKind::ALL.to_vec(),
             grant_bound_ms: 5_000,
             postgres: false,
+            sinks: vec![],
             recipes: Recipe::ALL.to_vec(),
             permits: 2,
         },
@@ -208,7 +209,7 @@ pub(crate) fn pg_final(token: Option<u64>, writes: &[(usize, u64, u64)]) -> Reco
             tokens: Default::default(),
             writes: writes
                 .iter()
-                .map(|&(client, token, seq)| PgLogged {
+                .map(|&(client, token, seq)| CommittedWrite {
                     client,
                     token,
                     seq,

@@ -3,7 +3,7 @@
 //! over it: `holds.rs` makes the holds, the intervals every recipe's rules are about, and
 //! says what "at the same time" means; each recipe's file judges its holds (`lock.rs`,
 //! `election.rs`, `rwlock.rs`, `semaphore.rs`, `multi.rs`); `told.rs` judges what a holder
-//! whose node an operator deleted was told; `register.rs`, `zk.rs` and `postgres.rs` judge
+//! whose node an operator deleted was told; `register.rs`, `zk.rs` and `stores.rs` judge
 //! each store's record of the writes; `campaign.rs` the campaign's own rules (progress, a
 //! clean end).
 //!
@@ -41,20 +41,22 @@
 //!    bound of fault-free time (time during which another fault is active does not count).
 //! 5. **Clean end**: the campaign finished, no node was left under the recipes' paths, no
 //!    server and no contender process was left running.
-//! 6. **PostgreSQL's fence holds** (`--postgres`), judged by PostgreSQL's own log of the
-//!    writes it committed, in its commit order (the writers' reports come in no reliable
-//!    order, and a writer may die between its commit and its report): no committed write
-//!    carried a token older than one committed before it for that resource; the fence rows'
-//!    final tokens are the highest committed ones; every committed token had been granted to
-//!    its writer; every committed write had gone to the register first (each step writes
-//!    there first); every write a writer heard committed is in the log; every refusal named a
-//!    newer token that PostgreSQL had committed; and the final state was read.
+//! 6. **Each store's fence holds** (`--sink`: PostgreSQL, MariaDB, Redis, etcd, the HTTP
+//!    service), judged by the store's own record of the writes it committed, in its commit
+//!    order (the writers' reports come in no reliable order, and a writer may die between
+//!    its commit and its report): no committed write carried a token older than one
+//!    committed before it for that resource; the fences' final tokens are the highest
+//!    committed ones (for the HTTP service, not below them: its layer admits before its
+//!    handler writes); every committed token had been granted to its writer; every
+//!    committed write had gone to the register first (each step writes there first); every
+//!    write a writer heard committed is in the record, none it heard refused is; every
+//!    refusal named a newer token the store had committed; and the record was read.
 //! 7. **A holder whose node an operator deleted is told** within [`holder_told_bound`] of
 //!    fault-free time ([`Rule::HolderNotTold`]).
 //!
-//! Whether the register and PostgreSQL agree on which writes are late is *not* a rule: they
+//! Whether the register and a store agree on which writes are late is *not* a rule: they
 //! may legitimately disagree. A writer killed or stalled between its register write and its
-//! PostgreSQL write leaves the register knowing a token PostgreSQL does not, so an older
+//! store's write leaves the register knowing a token the store does not, so an older
 //! holder's late write is refused by the one and accepted by the other; and two writers'
 //! steps can reach the two stores in different orders. Each store keeps its own rule; the
 //! summary counts the writes they judged differently.
@@ -70,15 +72,15 @@ pub(crate) mod fixtures;
 mod holds;
 mod lock;
 mod multi;
-mod postgres;
 mod register;
 mod rwlock;
 mod semaphore;
+mod stores;
 mod told;
 mod zk;
 
 pub use holds::{holds, Hold};
-pub(crate) use postgres::judged_differently;
+pub(crate) use stores::{counts as store_counts, judged_differently, stores_of};
 pub use told::{holder_told_bound, TOLD_ROUND_TRIP};
 
 /// The rule a [`Violation`] breaks.
@@ -133,20 +135,22 @@ pub enum Rule {
     NodesUnchecked,
     /// The history has no `finished` record.
     Unfinished,
-    /// PostgreSQL committed a write with a token older than one it had committed before.
-    PgStaleWriteAccepted,
-    /// The fence row's final token is not the highest token PostgreSQL accepted.
-    PgFinalToken,
-    /// PostgreSQL refused a write without having accepted a newer token.
-    PgCurrentWriteRefused,
-    /// PostgreSQL committed a token never granted to the writer.
-    PgUngrantedToken,
-    /// A write its writer heard PostgreSQL commit is not in PostgreSQL's log.
-    PgLostWrite,
-    /// PostgreSQL committed a write the register never saw.
-    PgWithoutRegister,
-    /// A `--postgres` campaign's history lacks PostgreSQL's final state.
-    PgUnchecked,
+    /// A store committed a write with a token older than one it had committed before.
+    StoreStaleWriteAccepted,
+    /// A store's fence's final token is not the highest token it committed.
+    StoreFinalToken,
+    /// A store refused a write without having committed a newer token.
+    StoreCurrentWriteRefused,
+    /// A store committed a token never granted to the writer.
+    StoreUngrantedToken,
+    /// A write its writer heard a store commit is not in the store's record.
+    StoreLostWrite,
+    /// A write its writer heard a store refuse is in the store's record.
+    StoreRefusedWriteCommitted,
+    /// A store committed a write the register never saw.
+    StoreWithoutRegister,
+    /// A store's record is missing from the history, or could not be read.
+    StoreUnchecked,
 }
 
 impl fmt::Display for Rule {
@@ -175,13 +179,14 @@ impl fmt::Display for Rule {
             Rule::LeftoverProcesses => "processes left running",
             Rule::NodesUnchecked => "could not check for nodes left",
             Rule::Unfinished => "the campaign did not finish",
-            Rule::PgStaleWriteAccepted => "stale write accepted by PostgreSQL",
-            Rule::PgFinalToken => "PostgreSQL's final token is not the highest it accepted",
-            Rule::PgCurrentWriteRefused => "current write refused by PostgreSQL",
-            Rule::PgUngrantedToken => "PostgreSQL accepted a token never granted to the writer",
-            Rule::PgLostWrite => "a write PostgreSQL committed is not in its log",
-            Rule::PgWithoutRegister => "PostgreSQL committed a write the register never saw",
-            Rule::PgUnchecked => "PostgreSQL's final state is missing",
+            Rule::StoreStaleWriteAccepted => "stale write accepted by a store",
+            Rule::StoreFinalToken => "a store's final token is not the highest it committed",
+            Rule::StoreCurrentWriteRefused => "current write refused by a store",
+            Rule::StoreUngrantedToken => "a store accepted a token never granted to the writer",
+            Rule::StoreLostWrite => "a write a store committed is not in its record",
+            Rule::StoreRefusedWriteCommitted => "a write a store refused is in its record",
+            Rule::StoreWithoutRegister => "a store committed a write the register never saw",
+            Rule::StoreUnchecked => "a store's record is missing",
         })
     }
 }
@@ -280,7 +285,7 @@ pub fn check(history: &[Record]) -> Vec<Violation> {
     register::check(&h, &mut found);
     zk::check(&h, &holds, &mut found);
     campaign::check_progress(&h, &mut found);
-    postgres::check(&h, &mut found);
+    stores::check(&h, &mut found);
     campaign::check_end(&h, &mut found);
     found.into_sorted()
 }

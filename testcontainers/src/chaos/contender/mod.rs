@@ -23,9 +23,9 @@ mod stores;
 use super::faults::Rng;
 use super::history::monotonic_us;
 use super::recipe::data_node;
-use super::{holder_told_bound, Event, Recipe, Record};
+use super::{holder_told_bound, Event, Recipe, Record, Store};
 use held::{Held, NotGranted, Part};
-use stores::{Database, Register};
+use stores::{Register, StoreWriter};
 
 /// What the campaign tells a contender process (one JSON argument).
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -46,9 +46,10 @@ pub(crate) struct ContenderConfig {
     pub(crate) max_hold_ms: u64,
     /// The campaign's start on `CLOCK_MONOTONIC`, microseconds.
     pub(crate) origin_us: u64,
-    /// With `--postgres`: the database every write also goes to, after the register.
+    /// With `--sink`: each store every write also goes to, after the register, and what to
+    /// reach it by (a URL, an endpoint, the HTTP service's address).
     #[serde(default)]
-    pub(crate) postgres: Option<String>,
+    pub(crate) sinks: Vec<(Store, String)>,
 }
 
 /// The body of a contender process: `config` is the JSON argument the campaign passed. Runs
@@ -147,7 +148,9 @@ impl Contender {
                 return 1;
             }
         };
-        let mut db = self.c.postgres.clone().map(Database::new);
+        let mut sinks: Vec<StoreWriter> = (self.c.sinks.iter())
+            .map(|(store, address)| StoreWriter::new(*store, address.clone()))
+            .collect();
         let id = format!("chaos-client-{client}");
         while !*stop.borrow() {
             let recipes = &self.c.recipes;
@@ -166,7 +169,7 @@ impl Contender {
             };
             match acquired {
                 Ok(held) => {
-                    let outcome = self.hold(held, &mut register, db.as_mut(), &mut stop);
+                    let outcome = self.hold(held, &mut register, &mut sinks, &mut stop);
                     if let Outcome::Stop = outcome.await {
                         break;
                     }
@@ -196,7 +199,7 @@ impl Contender {
         &mut self,
         held: Held,
         register: &mut Register,
-        mut db: Option<&mut Database>,
+        sinks: &mut [StoreWriter],
         stop: &mut watch::Receiver<bool>,
     ) -> Outcome {
         let client = self.c.client;
@@ -255,8 +258,10 @@ impl Contender {
                                 Ok(ok) => admitted &= ok,
                                 Err(_) => return Outcome::Stop,
                             }
-                            if let (false, Some(db)) = (read, db.as_deref_mut()) {
-                                admitted &= db.write(c, token, *seq, &part.path).await;
+                            if !read {
+                                for sink in sinks.iter_mut() {
+                                    admitted &= sink.write(c, token, *seq, &part.path).await;
+                                }
                             }
                         }
                         if fenced_in_zk && !read {

@@ -1,31 +1,71 @@
 //! A contender's connections to the stores its writes go to: the campaign's register, and
-//! with `--postgres` PostgreSQL.
+//! with `--sink` each store through its fence (`zkfence-fences`' sinks; the HTTP service by
+//! `PUT`s with the fencing headers, as any client of a fenced service sends them).
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client as HttpClient;
+use hyper_util::rt::TokioExecutor;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
+use zkfence::FencingToken;
+use zkfence_fences::sink::{EtcdSink, MySink, PgSink, RedisSink, Sink};
+use zkfence_fences::Outcome;
 
-use super::super::{sql, Event};
+use super::super::{Event, Store, WriteOutcome};
 use super::{emit, ContenderConfig};
 
-/// The connection to the campaign's PostgreSQL (`--postgres`), opened when first needed and
-/// again after an error.
-pub(super) struct Database {
-    url: String,
-    client: Option<tokio_postgres::Client>,
+/// One store as a contender writes to it: connected when first needed, again after a
+/// failed connect.
+pub(super) struct StoreWriter {
+    store: Store,
+    address: String,
+    sink: Option<Writer>,
 }
 
-impl Database {
-    pub(super) fn new(url: String) -> Database {
-        Database { url, client: None }
+enum Writer {
+    Sink(Box<dyn Sink>),
+    Http(Box<HttpWriter>),
+}
+
+impl StoreWriter {
+    pub(super) fn new(store: Store, address: String) -> StoreWriter {
+        StoreWriter {
+            store,
+            address,
+            sink: None,
+        }
     }
 
-    /// Writes (token, client, seq) through the recipe's fence and records PostgreSQL's
-    /// answer; false only if the fence refused. An error is recorded as such (the write
-    /// may or may not have committed: PostgreSQL's log at the end says) and the hold goes
-    /// on, as it would with a store that answered nothing.
+    async fn connect(&self) -> Result<Writer, String> {
+        let address = &self.address;
+        let sink: Box<dyn Sink> = match self.store {
+            Store::Postgres => Box::new(PgSink::connect(address).await.map_err(|e| e.to_string())?),
+            Store::Mariadb => Box::new(MySink::connect(address).await.map_err(|e| e.to_string())?),
+            Store::Redis => Box::new(
+                RedisSink::connect(address)
+                    .await
+                    .map_err(|e| e.to_string())?,
+            ),
+            Store::Etcd => Box::new(
+                EtcdSink::connect(address)
+                    .await
+                    .map_err(|e| e.to_string())?,
+            ),
+            Store::Http => return Ok(Writer::Http(Box::new(HttpWriter::new(address)))),
+        };
+        Ok(Writer::Sink(sink))
+    }
+
+    /// Writes (token, client, seq) to `resource` through the store's fence and records what
+    /// the writer heard; false only if the fence refused. An error is recorded as such (the
+    /// write may or may not have committed: the store's record at the end says) and the hold
+    /// goes on, as it would with a store that answered nothing. A store that does not answer
+    /// within the session timeout counts as an error.
     pub(super) async fn write(
         &mut self,
         c: &ContenderConfig,
@@ -35,61 +75,79 @@ impl Database {
     ) -> bool {
         let client = c.client;
         let t = Duration::from_millis(c.session_timeout_ms);
-        let result = match self.client.as_mut() {
-            Some(db) => sql::write_through_fence(db, resource, client, token, seq)
-                .await
-                .map_err(|e| sql::with_causes(&e)),
-            None => match sql::connect(&self.url, t).await {
-                Ok(db) => {
-                    let db = self.client.insert(db);
-                    sql::write_through_fence(db, resource, client, token, seq)
-                        .await
-                        .map_err(|e| sql::with_causes(&e))
-                }
-                Err(e) => Err(format!("connect: {e}")),
-            },
+        let entry =
+            zkfence_fences::sink::Entry::new(client.to_string(), seq, FencingToken::new(token));
+        let attempt = async {
+            if self.sink.is_none() {
+                self.sink = Some(self.connect().await.map_err(|e| format!("connect: {e}"))?);
+            }
+            match self.sink.as_ref().expect("connected above") {
+                Writer::Sink(sink) => sink
+                    .write(resource, &entry)
+                    .await
+                    .map_err(|e| e.to_string()),
+                Writer::Http(http) => http.write(resource, &entry).await,
+            }
         };
-        match result {
-            Ok(sql::Outcome::Written) => {
-                emit(
-                    c,
-                    Event::PgWriteAccepted {
-                        client,
-                        token,
-                        seq,
-                        path: resource.to_string(),
-                    },
-                );
-                true
-            }
-            Ok(sql::Outcome::Stale { newest }) => {
-                emit(
-                    c,
-                    Event::PgWriteRefused {
-                        client,
-                        token,
-                        seq,
-                        newest,
-                        path: resource.to_string(),
-                    },
-                );
-                false
-            }
-            Err(error) => {
-                self.client = None;
-                emit(
-                    c,
-                    Event::PgWriteFailed {
-                        client,
-                        token,
-                        seq,
-                        error,
-                        path: resource.to_string(),
-                    },
-                );
-                true
-            }
+        let result = match tokio::time::timeout(t, attempt).await {
+            Ok(result) => result,
+            Err(_) => Err(format!("no answer within {t:?}")),
+        };
+        let (outcome, newest, error) = match result {
+            Ok(Outcome::Written(())) => (WriteOutcome::Written, None, None),
+            Ok(Outcome::Refused(stale)) => (WriteOutcome::Refused, Some(stale.newest.get()), None),
+            Err(error) => (WriteOutcome::Failed, None, Some(error)),
+        };
+        emit(
+            c,
+            Event::StoreWrite {
+                store: self.store,
+                client,
+                token,
+                seq,
+                path: resource.to_string(),
+                outcome,
+                newest,
+                error,
+            },
+        );
+        outcome != WriteOutcome::Refused
+    }
+}
+
+/// A client of the campaign's fenced HTTP service: `PUT /` with the entry as its body and
+/// the fencing headers (`zkfence_fences::http::fencing_headers`); the layer answers a stale
+/// token with a refusal naming the newest.
+struct HttpWriter {
+    url: String,
+    client: HttpClient<HttpConnector, Full<Bytes>>,
+}
+
+impl HttpWriter {
+    fn new(addr: &str) -> HttpWriter {
+        HttpWriter {
+            url: format!("http://{addr}/"),
+            client: HttpClient::builder(TokioExecutor::new()).build_http(),
         }
+    }
+
+    async fn write(
+        &self,
+        resource: &str,
+        entry: &zkfence_fences::sink::Entry,
+    ) -> Result<Outcome, String> {
+        let headers = zkfence_fences::http::fencing_headers(resource, entry.token)
+            .map_err(|e| e.to_string())?;
+        let mut request = http::Request::put(&self.url)
+            .body(Full::new(Bytes::from(entry.to_string())))
+            .map_err(|e| e.to_string())?;
+        request.headers_mut().extend(headers);
+        let response = (self.client.request(request).await).map_err(|e| e.to_string())?;
+        let (parts, body) = response.into_parts();
+        // Read to the end, so that the connection can serve the next request.
+        let _ = body.collect().await.map_err(|e| e.to_string())?;
+        let response = http::Response::from_parts(parts, ());
+        zkfence_fences::http::outcome_of(&response, entry.token).map_err(|e| e.to_string())
     }
 }
 
