@@ -255,9 +255,11 @@ mod tests {
         let guide = include_str!("../../docs/guide/chaos.md");
         let mut seen = 0;
         for line in guide.lines() {
-            let Some(rest) = line.trim().strip_prefix("zkfence chaos") else {
+            // Commands, not the summaries quoted from runs ("zkfence chaos: seed ...").
+            let Some(rest) = line.trim().strip_prefix("zkfence chaos --") else {
                 continue;
             };
+            let rest = format!("--{rest}");
             let words = rest
                 .split(" #")
                 .next()
