@@ -186,6 +186,11 @@ pub enum Event {
         /// The resource.
         #[serde(default = "lock_path")]
         path: String,
+        /// For a holder that polls its lease's state (every 10 ms): when it last saw the
+        /// grant held. The library said lost at some moment after that, up to this record;
+        /// the holder knew first if no one else was granted before that moment.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        seen_held_us: Option<u64>,
     },
     /// The holder stops acting as holder and releases (recorded before the release is sent).
     Released {
@@ -414,6 +419,17 @@ pub enum Event {
         /// The server (index from 0).
         server: usize,
         /// Why, with the server's last log lines.
+        error: String,
+    },
+    /// A restarted server's client port answered as a ZooKeeper server that is not the
+    /// campaign's (another process on the machine took the port while the server was down):
+    /// clients that reach that port are in another ensemble from then on.
+    ServerReplaced {
+        /// The fault that stopped it.
+        fault: usize,
+        /// The server (index from 0).
+        server: usize,
+        /// What answered on its port.
         error: String,
     },
     /// A server that did not start again had its data wiped (its `myid` kept), as an

@@ -65,12 +65,18 @@ impl Campaign {
                     _ => zk.kill(server),
                 })
                 .await;
+                // A killed server's client port is held meanwhile (see `hold_port`).
+                let held = match p.kind {
+                    FaultKind::KillLeader | FaultKind::KillFollower => hold_port(&self.zk, server),
+                    _ => None,
+                };
                 tokio::time::sleep(p.lasts).await;
                 match p.kind {
                     FaultKind::PauseServer => self.zk.resume(server),
                     FaultKind::IsolateServer => self.zk.heal_peers(server),
                     _ => {
-                        if !restart_or_recover(&self.zk, server, id, &self.recorder).await {
+                        let recorder = &self.recorder;
+                        if !restart_or_recover(&self.zk, server, id, recorder, held).await {
                             // Never healed: its slot stays taken, so that no other server
                             // fault can take the quorum away too.
                             std::mem::forget(slot);
@@ -385,7 +391,8 @@ impl Campaign {
             );
             let zk = self.zk.clone();
             let _ = tokio::task::spawn_blocking(move || zk.stop(server)).await;
-            if !restart_or_recover(&self.zk, server, fault, &self.recorder).await {
+            let held = hold_port(&self.zk, server);
+            if !restart_or_recover(&self.zk, server, fault, &self.recorder, held).await {
                 return false;
             }
         }
@@ -458,49 +465,107 @@ impl Campaign {
     }
 }
 
-/// Starts killed server `server` again (for fault `fault`). If it does not start (in
-/// ZooKeeper 3.8.0 a server killed while writing the leader's snapshot may refuse its own
-/// data: "The current epoch, a, is older than the last zxid", ZOOKEEPER-2354), records
-/// [`Event::RestartFailed`], wipes its data as an operator would (its `myid` kept;
-/// [`Event::ServerWiped`]) and starts it again, to resync from the leader. Returns whether
-/// it serves again (then the caller records the heal); if not, both failures are recorded.
+/// Binds the client port of stopped server `server`, so that no other process on this
+/// machine takes it while the server is down: every harness here picks random free ports,
+/// and a 30-minute run once met another engineer's ensemble on a port its killed server had
+/// freed; its clients, through their proxies, then joined that ensemble. The listener is
+/// dropped just before the server starts (both set `SO_REUSEADDR`); the server's first
+/// second of startup stays exposed, and [`restart_or_recover`] checks it got its port.
+fn hold_port(zk: &Ensemble, server: usize) -> Option<std::net::TcpListener> {
+    let addr = zk.client_addr(server);
+    match std::net::TcpListener::bind(addr) {
+        Ok(listener) => Some(listener),
+        Err(e) => {
+            tracing::warn!(server, %addr, %e, "chaos: cannot hold a stopped server's port");
+            None
+        }
+    }
+}
+
+/// Whether the server answering on `server`'s client port is ours: its `conf` names our
+/// node's data directory.
+async fn is_ours(zk: &Ensemble, server: usize) -> Result<(), String> {
+    let ours = zk.data_dir(server);
+    let ours = ours.to_string_lossy();
+    match zk.four_letter(server, "conf").await {
+        Ok(conf) => {
+            let theirs = conf
+                .lines()
+                .find_map(|l| l.strip_prefix("dataDir="))
+                .unwrap_or("none");
+            if theirs.starts_with(ours.as_ref()) {
+                Ok(())
+            } else {
+                Err(format!(
+                    "its client port {} answers as another ZooKeeper server (dataDir={theirs}, \
+                     ours {ours}): another process took the port while it was down",
+                    zk.client_addr(server)
+                ))
+            }
+        }
+        Err(e) => Err(format!("conf on its client port: {e}")),
+    }
+}
+
+/// Starts stopped server `server` again (for fault `fault`), first letting go of its port
+/// (`held`, see [`hold_port`]). If it does not start (in ZooKeeper 3.8.0 a server killed
+/// while writing the leader's snapshot may refuse its own data: "The current epoch, a, is
+/// older than the last zxid", ZOOKEEPER-2354), records [`Event::RestartFailed`], wipes its
+/// data as an operator would (its `myid` kept; [`Event::ServerWiped`]) and starts it again,
+/// to resync from the leader. Returns whether it serves again (then the caller records the
+/// heal); if not, both failures are recorded. A server whose port another process took
+/// meanwhile is [`Event::ServerReplaced`]: not ours any more, never healed.
 async fn restart_or_recover(
     zk: &Ensemble,
     server: usize,
     fault: usize,
     recorder: &Recorder,
+    held: Option<std::net::TcpListener>,
 ) -> bool {
-    let Err(e) = zk.start(server).await else {
-        return true;
-    };
-    tracing::error!(server, %e, "chaos: a killed server did not start again; wiping its data");
-    recorder.record(Event::RestartFailed {
-        fault,
-        server,
-        error: e.to_string(),
-    });
-    zk.kill(server);
-    if let Err(e) = zk.wipe_data(server) {
-        tracing::error!(server, %e, "chaos: cannot wipe a server's data");
-        recorder.record(Event::RestartFailed {
-            fault,
-            server,
-            error: format!("cannot wipe its data: {e}"),
-        });
-        return false;
-    }
-    recorder.record(Event::ServerWiped { fault, server });
-    match zk.start(server).await {
-        Ok(()) => {
-            tracing::info!(server, "chaos: a wiped server serves again");
-            true
-        }
+    drop(held);
+    let started = match zk.start(server).await {
+        Ok(()) => Ok(()),
         Err(e) => {
-            tracing::error!(server, %e, "chaos: a wiped server did not start either");
+            tracing::error!(server, %e, "chaos: a killed server did not start again; wiping its data");
             recorder.record(Event::RestartFailed {
                 fault,
                 server,
-                error: format!("after wiping its data: {e}"),
+                error: e.to_string(),
+            });
+            zk.kill(server);
+            let held = hold_port(zk, server);
+            if let Err(e) = zk.wipe_data(server) {
+                tracing::error!(server, %e, "chaos: cannot wipe a server's data");
+                recorder.record(Event::RestartFailed {
+                    fault,
+                    server,
+                    error: format!("cannot wipe its data: {e}"),
+                });
+                return false;
+            }
+            recorder.record(Event::ServerWiped { fault, server });
+            drop(held);
+            zk.start(server).await.map_err(|e| {
+                tracing::error!(server, %e, "chaos: a wiped server did not start either");
+                recorder.record(Event::RestartFailed {
+                    fault,
+                    server,
+                    error: format!("after wiping its data: {e}"),
+                });
+            })
+        }
+    };
+    if started.is_err() {
+        return false;
+    }
+    match is_ours(zk, server).await {
+        Ok(()) => true,
+        Err(error) => {
+            tracing::error!(server, %error, "chaos: a restarted server is not ours");
+            recorder.record(Event::ServerReplaced {
+                fault,
+                server,
+                error,
             });
             false
         }
@@ -615,7 +680,7 @@ mod tests {
         std::fs::write(&epoch, "0").unwrap();
 
         let recorder = Recorder::new();
-        let serves = restart_or_recover(&zk, follower, 7, &recorder).await;
+        let serves = restart_or_recover(&zk, follower, 7, &recorder, None).await;
         let events: Vec<Event> = recorder.snapshot().into_iter().map(|r| r.event).collect();
         assert!(serves, "not recovered: {events:#?}");
         assert_eq!(events.len(), 2, "{events:#?}");
@@ -636,6 +701,11 @@ mod tests {
                 fault: 7,
                 server: follower
             }
+        );
+        assert_eq!(
+            is_ours(&zk, follower).await,
+            Ok(()),
+            "our own, by its dataDir"
         );
         let myid = std::fs::read_to_string(zk.data_dir(follower).join("myid")).unwrap();
         assert_eq!(myid.trim(), (follower + 1).to_string());

@@ -68,8 +68,8 @@ pub(super) fn check_progress(h: &[Record], found: &mut Findings<'_>) {
     }
 }
 
-/// The campaign finished, left no node under the lock's path (and could list it), and no
-/// server or contender process running.
+/// Every restarted server was the campaign's own; the campaign finished, left no node under
+/// the recipes' paths (and could list them), and no server or contender process running.
 pub(super) fn check_end(h: &[Record], found: &mut Findings<'_>) {
     let mut finished = false;
     for (i, r) in h.iter().enumerate() {
@@ -101,6 +101,20 @@ pub(super) fn check_end(h: &[Record], found: &mut Findings<'_>) {
                 format!(
                     "still running: servers {servers_running:?}, contenders \
                      {contenders_running:?}"
+                ),
+                &[i],
+            );
+        }
+    }
+    // A server that is not ours any more: what its clients did after is not evidence.
+    for (i, r) in h.iter().enumerate() {
+        if let Event::ServerReplaced { server, error, .. } = &r.event {
+            found.add(
+                Rule::ServerReplaced,
+                i,
+                format!(
+                    "server {server}: {error}; the clients that reach that port are in another \
+                     ensemble, and what they do there is not evidence about zkfence"
                 ),
                 &[i],
             );
@@ -242,5 +256,26 @@ mod tests {
         assert_eq!(quiet_time(0, 100, &[]), 100);
         assert_eq!(quiet_time(0, 100, &[(10, 30), (20, 40), (90, 200)]), 60);
         assert_eq!(quiet_time(50, 60, &[(0, 100)]), 0);
+    }
+
+    #[test]
+    fn a_server_whose_port_another_process_took_is_found() {
+        let mut h = clean();
+        h.insert(
+            12,
+            at(
+                4_400,
+                Event::ServerReplaced {
+                    fault: 9,
+                    server: 1,
+                    error: "its client port 127.0.0.1:21811 answers as another ZooKeeper server"
+                        .into(),
+                },
+            ),
+        );
+        let found = check(&h);
+        assert_eq!(found.len(), 1, "{found:#?}");
+        assert_eq!(found[0].rule, Rule::ServerReplaced);
+        assert!(found[0].message.contains("not evidence"), "{}", found[0]);
     }
 }

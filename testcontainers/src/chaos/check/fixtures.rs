@@ -56,6 +56,7 @@ pub(crate) fn lost(ms: u64, client: usize, token: u64, path: &str) -> Record {
             token,
             reason: "the ZooKeeper session expired".into(),
             path: path.into(),
+            seen_held_us: None,
         },
     )
 }

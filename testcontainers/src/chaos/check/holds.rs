@@ -35,6 +35,9 @@ pub struct Hold {
     pub blind_us: Option<u64>,
     /// When an operator's delete of its node was answered (`delete-holder`), if one was.
     pub deleted_us: Option<u64>,
+    /// A holder that polls its lease's state and saw it lost: when it last saw it held (the
+    /// library said lost between then and the `lost` record, which one poll may delay).
+    pub seen_held_us: Option<u64>,
     /// How it ended: the event's name, or the loss reason.
     pub ended_by: String,
     /// Index of the `granted` record in the (time-ordered) history.
@@ -44,9 +47,14 @@ pub struct Hold {
 
 impl Hold {
     /// The end that counts for the overlap rules: a blinded holder's hold ends when the
-    /// fault that blinded it began.
+    /// fault that blinded it began; a poller's that saw its lease lost, at its last poll that
+    /// saw it held (the library may have said lost any time after, and the holder would have
+    /// seen it at its next poll).
     pub fn believed_end_us(&self) -> u64 {
-        self.blind_us.map_or(self.end_us, |s| s.min(self.end_us))
+        [self.blind_us, self.seen_held_us]
+            .into_iter()
+            .flatten()
+            .fold(self.end_us, u64::min)
     }
 
     fn blind_from(&mut self, t_us: u64) {
@@ -114,6 +122,7 @@ pub(super) fn holds_of(h: &[Record]) -> Vec<Hold> {
                         end_us: r.t_us,
                         blind_us: None,
                         deleted_us: None,
+                        seen_held_us: None,
                         ended_by: String::new(),
                         start_index: i,
                         end_index: i,
@@ -125,14 +134,21 @@ pub(super) fn holds_of(h: &[Record]) -> Vec<Hold> {
                 token,
                 reason,
                 path,
-            } => close(
-                &mut open,
-                &mut done,
-                (*client, path.clone()),
-                i,
-                &format!("lost: {reason}"),
-                Some(*token),
-            ),
+                seen_held_us,
+            } => {
+                let key = (*client, path.clone());
+                if let Some(hold) = open.get_mut(&key).filter(|h| h.token == *token) {
+                    hold.seen_held_us = *seen_held_us;
+                }
+                close(
+                    &mut open,
+                    &mut done,
+                    key,
+                    i,
+                    &format!("lost: {reason}"),
+                    Some(*token),
+                )
+            }
             Event::Released {
                 client,
                 token,

@@ -55,7 +55,7 @@ mod tests {
     use super::super::fixtures::*;
     use super::super::{check, holds, Rule};
     use crate::chaos::history::at;
-    use crate::chaos::{Event, FaultKind};
+    use crate::chaos::{Event, FaultKind, LOCK_PATH};
 
     #[test]
     fn overlapping_holds_are_found_with_the_events_around_them() {
@@ -139,5 +139,28 @@ mod tests {
         h[5] = accepted(520, 1, 9);
         // The register then also saw 9 after 10: that is the fence's rule, found too.
         assert_eq!(rules(&h), vec![Rule::TokenOrder, Rule::StaleWriteAccepted]);
+    }
+
+    #[test]
+    fn a_poller_knew_first_if_the_grant_came_after_its_last_poll_that_saw_it_held() {
+        // Client 0 polls: it saw its lease held at 505 ms, and lost at 515 ms (the next poll);
+        // client 1 was granted at 510 ms, between the two.
+        let mut h = clean();
+        h[3] = at(
+            515,
+            Event::Lost {
+                client: 0,
+                token: 10,
+                reason: "the lease clock lapsed".into(),
+                path: LOCK_PATH.into(),
+                seen_held_us: Some(505_000),
+            },
+        );
+        assert!(check(&h).is_empty(), "{:#?}", check(&h));
+        // Granted before the poll that still saw it held: the holder did not know first.
+        if let Event::Lost { seen_held_us, .. } = &mut h[3].event {
+            *seen_held_us = Some(512_000);
+        }
+        assert_eq!(rules(&h), vec![Rule::Overlap]);
     }
 }

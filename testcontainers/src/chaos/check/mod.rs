@@ -39,8 +39,9 @@
 //!    ([`Rule::ZkLateWrite`]).
 //! 4. **Progress**: after each fault is healed, someone is granted within the campaign's
 //!    bound of fault-free time (time during which another fault is active does not count).
-//! 5. **Clean end**: the campaign finished, no node was left under the recipes' paths, no
-//!    server and no contender process was left running.
+//! 5. **A clean run**: every restarted server is the campaign's own (another process on the
+//!    machine did not take its port while it was down); the campaign finished, no node was
+//!    left under the recipes' paths, no server and no contender process was left running.
 //! 6. **Each store's fence holds** (`--sink`: PostgreSQL, MariaDB, Redis, etcd, the HTTP
 //!    service), judged by the store's own record of the writes it committed, in its commit
 //!    order (the writers' reports come in no reliable order, and a writer may die between
@@ -135,6 +136,8 @@ pub enum Rule {
     NodesUnchecked,
     /// The history has no `finished` record.
     Unfinished,
+    /// A restarted server's port answered as another process's ZooKeeper server.
+    ServerReplaced,
     /// A store committed a write with a token older than one it had committed before.
     StoreStaleWriteAccepted,
     /// A store's fence's final token is not the highest token it committed.
@@ -179,6 +182,7 @@ impl fmt::Display for Rule {
             Rule::LeftoverProcesses => "processes left running",
             Rule::NodesUnchecked => "could not check for nodes left",
             Rule::Unfinished => "the campaign did not finish",
+            Rule::ServerReplaced => "a server's port was taken by another process",
             Rule::StoreStaleWriteAccepted => "stale write accepted by a store",
             Rule::StoreFinalToken => "a store's final token is not the highest it committed",
             Rule::StoreCurrentWriteRefused => "current write refused by a store",

@@ -188,18 +188,22 @@ impl Held {
         }
     }
 
-    /// Resolves when the grant is lost, with the reason as printed, as a holder learns it:
-    /// awaiting [`lost`](Self::lost) (`polls` false), or looking at [`state`](Self::state)
-    /// every 10 ms, as a holder does that checks its lease before each write (`polls` true).
-    /// Both are how the library's users learn of a loss, and the library must tell both.
-    pub(super) async fn loss(&self, polls: bool) -> String {
+    /// Resolves when the grant is lost, as a holder learns it: awaiting
+    /// [`lost`](Self::lost) (`polls` false), or looking at [`state`](Self::state) every
+    /// 10 ms, as a holder does that checks its lease before each write (`polls` true). Both
+    /// are how the library's users learn of a loss, and the library must tell both. Returns
+    /// the reason as printed and, for a poller, when (on `now`'s clock) it last saw the
+    /// grant held: the loss came after that, at most one poll before it was seen.
+    pub(super) async fn loss(&self, polls: bool, now: impl Fn() -> u64) -> (String, Option<u64>) {
         if !polls {
-            return self.lost().await;
+            return (self.lost().await, None);
         }
+        let mut seen_held = now();
         loop {
             if let LeaseState::Lost(reason) = self.state() {
-                return reason.to_string();
+                return (reason.to_string(), Some(seen_held));
             }
+            seen_held = now();
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     }

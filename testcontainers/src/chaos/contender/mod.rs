@@ -281,12 +281,13 @@ impl Contender {
             tokio::pin!(work);
             tokio::select! {
                 outcome = &mut work => outcome,
-                reason = held.loss(polls) => {
+                (reason, seen_held_us) = held.loss(polls, || now_us(&self.c)) => {
                     emit_all(&self.c, ends(&|path, token| Event::Lost {
                         client,
                         token,
                         reason: reason.clone(),
                         path,
+                        seen_held_us,
                     }));
                     lost.set(true);
                     // The step under way ends with its (late) writes.
@@ -311,15 +312,16 @@ impl Contender {
             // it (as it is asked during the hold) for as long as the library may take to tell
             // a holder whose node someone deleted, then stop acting as the holder either way.
             Outcome::Refused if !lost.get() => {
-                let told = held.loss(polls);
+                let told = held.loss(polls, || now_us(&self.c));
                 match tokio::time::timeout(holder_told_bound(self.t), told).await {
-                    Ok(reason) => emit_all(
+                    Ok((reason, seen_held_us)) => emit_all(
                         &self.c,
                         ends(&|path, token| Event::Lost {
                             client,
                             token,
                             reason: reason.clone(),
                             path,
+                            seen_held_us,
                         }),
                     ),
                     Err(_) => emit_all(
