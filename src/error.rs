@@ -190,6 +190,15 @@ pub enum Error {
         holder: Box<crate::Contender>,
     },
 
+    /// A partition set's items or member id cannot be used; nothing was created.
+    #[error("invalid partitions at {path}: {reason}")]
+    InvalidPartitions {
+        /// The partition path.
+        path: String,
+        /// What is wrong, and how to fix it.
+        reason: String,
+    },
+
     /// This `Lock` handle already holds the lock or is acquiring it.
     #[error(
         "this Lock handle for {path} already holds or is acquiring the lock; release the Lease first, \

@@ -149,6 +149,7 @@ mod lease;
 mod election;
 mod lock;
 mod multi_lock;
+mod partition;
 mod semaphore;
 
 mod fence;
@@ -165,6 +166,7 @@ pub use lease::{Lease, LeaseState};
 pub use lock::Lock;
 pub use multi_lock::{MultiLease, MultiLock, MAX_MULTI_LOCK_PATHS};
 pub use node::{NodeFormat, OwnerInfo};
+pub use partition::{Assignment, Item, Items, MAX_PARTITION_ITEMS};
 pub use queue::Contender;
 pub use semaphore::Semaphore;
 pub use session::{FencedOp, Session, SessionMetrics, SessionOptions, SessionState};
