@@ -114,9 +114,10 @@
 //! | `zkfence_leader` | gauge | `path` | 1 while a candidate of this process leads the election at `path`, 0 while it only campaigns |
 //!
 //! - **`kind`** is one of `lock`, `read`, `write` (the read/write lock's sides),
-//!   `semaphore`, `election`, `multi`. A multi-lock counts its acquire once (its acquires,
-//!   grants, timeouts and wait time) and its lease once per path (held, waiters, releases,
-//!   losses, held and release-to-grant time).
+//!   `semaphore`, `election`, `multi`, `partition` (an item of a
+//!   [partition set](Partitions)) and `partition_member` (a member's node in its party). A
+//!   multi-lock counts its acquire once (its acquires, grants, timeouts and wait time) and its
+//!   lease once per path (held, waiters, releases, losses, held and release-to-grant time).
 //! - **`path`** (the lock directory) is added to every metric with a `kind` only when the
 //!   session opts in with [`SessionOptions::metrics_path_labels`]: lock paths can be
 //!   unbounded (a lock per seat, per order), and each label value is a time series the
@@ -166,7 +167,10 @@ pub use lease::{Lease, LeaseState};
 pub use lock::Lock;
 pub use multi_lock::{MultiLease, MultiLock, MAX_MULTI_LOCK_PATHS};
 pub use node::{NodeFormat, OwnerInfo};
-pub use partition::{Assignment, Item, Items, MAX_PARTITION_ITEMS};
+pub use partition::{
+    Assignment, Item, ItemStatus, Items, Member, OwnershipChange, PartitionStatus, Partitions,
+    PartyMember, DEFAULT_RELEASE_WITHIN, DEFAULT_SETTLE, MAX_PARTITION_ITEMS,
+};
 pub use queue::Contender;
 pub use semaphore::Semaphore;
 pub use session::{FencedOp, Session, SessionMetrics, SessionOptions, SessionState};

@@ -28,6 +28,10 @@ pub(crate) enum Recipe {
     Semaphore,
     Election,
     Multi,
+    /// An item of a partition set.
+    Partition,
+    /// A member's node in a partition set's party.
+    PartitionMember,
 }
 
 impl Recipe {
@@ -298,10 +302,21 @@ mod imp {
             Recipe::Semaphore => 3,
             Recipe::Election => 4,
             Recipe::Multi => 5,
+            Recipe::Partition => 6,
+            Recipe::PartitionMember => 7,
         }
     }
 
-    const KINDS: [&str; 6] = ["lock", "read", "write", "semaphore", "election", "multi"];
+    const KINDS: [&str; 8] = [
+        "lock",
+        "read",
+        "write",
+        "semaphore",
+        "election",
+        "multi",
+        "partition",
+        "partition_member",
+    ];
 
     /// The `reason` label of a loss, and its index in the label table.
     fn reason(reason: LossReason) -> (usize, &'static str) {
@@ -334,10 +349,26 @@ mod imp {
         };
     }
 
-    static KIND_LABELS: [[Label; 1]; 6] =
-        kind_labels!("lock", "read", "write", "semaphore", "election", "multi");
-    static REASON_LABELS: [[[Label; 2]; 5]; 6] =
-        reason_labels!("lock", "read", "write", "semaphore", "election", "multi");
+    static KIND_LABELS: [[Label; 1]; 8] = kind_labels!(
+        "lock",
+        "read",
+        "write",
+        "semaphore",
+        "election",
+        "multi",
+        "partition",
+        "partition_member"
+    );
+    static REASON_LABELS: [[[Label; 2]; 5]; 8] = reason_labels!(
+        "lock",
+        "read",
+        "write",
+        "semaphore",
+        "election",
+        "multi",
+        "partition",
+        "partition_member"
+    );
 
     /// The key of `name` for `tag` (and a loss `reason`): static labels, no allocation,
     /// unless the tag carries a path.
