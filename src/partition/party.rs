@@ -283,7 +283,7 @@ mod tests {
         let view = kazoo.view_of(&children, &HashMap::new(), String::new());
         assert_eq!(
             view.members,
-            ["1-lease-0000000001", "2-lease-0000000002", "kazoo-worker"]
+            ["kazoo-worker", "lease-0000000001", "lease-0000000002"]
         );
         assert_eq!(view.foreign.len(), 2);
     }
