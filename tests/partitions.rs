@@ -533,3 +533,88 @@ async fn owned_lists_what_the_member_holds() {
     assert_eq!(released, 3);
     assert!(member.owned().is_empty());
 }
+
+/// A member whose server is cut off from its peers (the server stays up and keeps its
+/// client connections, and goes on answering reads for `syncLimit × tickTime`): for every
+/// item it holds, it hears `Lost` before another member is granted that item. When the
+/// server rejoins, the member's session has expired; it joins again on a new one and the
+/// items settle over all three members again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_whose_server_is_cut_off_from_its_peers_loses_each_item_before_it_moves() {
+    let zk = zkfence_testcontainers::Ensemble::builder()
+        .nodes(3)
+        .tick_time(TICK)
+        // The cut-off follower answers reads for 3 s, longer than the session timeout.
+        .sync_limit(15)
+        .peer_links(true)
+        .start()
+        .await
+        .expect("start an ensemble with peer links");
+    let leader = zk.wait_for_leader(Duration::from_secs(20)).await.unwrap();
+    let follower = (0..zk.len()).find(|&i| i != leader).unwrap();
+    let others: Vec<usize> = (0..zk.len()).filter(|&i| i != follower).collect();
+    let others_connect = format!(
+        "{},{}",
+        zk.client_addr(others[0]),
+        zk.client_addr(others[1])
+    );
+    let path = unique_path("isolated");
+    let n = 30;
+    let observer = connect(&others_connect, CALM).await;
+    let view = partitions(&observer, &path, n);
+    let fleet = Fleet::new();
+    let cut_off = connect(&zk.node_connect_string(follower), T).await;
+    fleet.join(&partitions(&cut_off, &path, n), "cut-off").await;
+    let s1 = connect(&others_connect, CALM).await;
+    let s2 = connect(&others_connect, CALM).await;
+    fleet.join(&partitions(&s1, &path, n), "p1").await;
+    fleet.join(&partitions(&s2, &path, n), "p2").await;
+    let before = settled(&view, 3, SETTLING).await;
+    let held: Vec<usize> = (0..n).filter(|&i| before[i] == "cut-off").collect();
+    assert!(!held.is_empty());
+
+    zk.isolate(follower);
+    let cut = Instant::now();
+    let after = settled(&view, 2, SETTLING).await;
+    assert_eq!(after, assigned(&["p1", "p2"], n));
+    let history = fleet.history();
+    let mut worst = Duration::MAX;
+    for &item in &held {
+        let old = history
+            .iter()
+            .filter(|i| i.item == item && i.member == "cut-off")
+            .max_by_key(|i| i.granted)
+            .unwrap();
+        let new = history
+            .iter()
+            .filter(|i| i.item == item && i.granted > cut)
+            .min_by_key(|i| i.granted)
+            .unwrap();
+        let lost_at = old
+            .ended
+            .unwrap_or_else(|| panic!("item {item}: the cut-off member never heard Lost"));
+        assert_eq!(old.lost, Some(LossReason::ClockLapsed), "item {item}");
+        assert!(
+            lost_at < new.granted,
+            "item {item}: granted to {} {:?} before the cut-off member heard Lost",
+            new.member,
+            lost_at - new.granted
+        );
+        worst = worst.min(new.granted - lost_at);
+    }
+    eprintln!(
+        "server cut off: {} items each lost at least {worst:?} before granted elsewhere",
+        held.len()
+    );
+
+    zk.heal_all_peers();
+    zk.wait_serving(follower, Duration::from_secs(30))
+        .await
+        .expect("the follower rejoins");
+    let healed = settled(&view, 3, Duration::from_secs(60)).await;
+    assert_eq!(
+        healed, before,
+        "the member is back under its id, with its items"
+    );
+    fleet.assert_one_owner_at_a_time();
+}
