@@ -618,3 +618,32 @@ async fn a_member_whose_server_is_cut_off_from_its_peers_loses_each_item_before_
     );
     fleet.assert_one_owner_at_a_time();
 }
+
+/// Dropping a member and its leases lets `Session::close` end the session at once: nothing
+/// of the member keeps a handle on the session behind the caller's back.
+#[tokio::test]
+async fn closing_the_session_after_dropping_a_member_is_prompt() {
+    let zk = shared_ensemble();
+    let path = unique_path("close");
+    let s = connect(&zk.connect_string(), CALM).await;
+    let mut member = partitions(&s, &path, 5).join("closer").await.unwrap();
+    let mut leases = Vec::new();
+    while leases.len() < 5 {
+        if let OwnershipChange::Acquired { lease, .. } = within(SETTLING, "grants", member.next())
+            .await
+            .unwrap()
+            .unwrap()
+        {
+            leases.push(lease);
+        }
+    }
+    drop(leases);
+    drop(member);
+    let closing = Instant::now();
+    s.close().await;
+    let took = closing.elapsed();
+    assert!(
+        took < CALM / 2,
+        "close took {took:?}: something kept the session"
+    );
+}
