@@ -242,13 +242,22 @@ mod tests {
         send_sync::<crate::Election>();
         send_sync::<crate::Leadership>();
         send_sync::<crate::Fence>();
+        send_sync::<crate::Partitions>();
+        send_sync::<crate::Member>();
+        send_sync::<crate::OwnershipChange>();
+        send_sync::<crate::PartitionStatus>();
         #[allow(unreachable_code, clippy::diverging_sub_expression)]
         fn futures_are_send(
             lock: &crate::Lock,
             lease: crate::Lease,
             election: &crate::Election,
             leadership: &crate::Leadership,
+            partitions: &crate::Partitions,
+            member: &mut crate::Member,
         ) {
+            send(&partitions.join("x"));
+            send(&partitions.status());
+            send(&member.next());
             send(&lock.acquire());
             send(&lock.try_acquire());
             send(&lock.acquire_timeout(std::time::Duration::ZERO));
