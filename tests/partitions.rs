@@ -233,7 +233,14 @@ async fn a_slow_release_holds_back_only_its_item_and_moves_once_released_or_dead
         .into_iter()
         .filter(|i| i.member == "slow" && i.item == moving[1])
         .collect();
-    assert_eq!(lost.last().unwrap().lost, Some(LossReason::ClockLapsed));
+    assert!(
+        matches!(
+            lost.last().unwrap().lost,
+            Some(LossReason::ClockLapsed | LossReason::SessionExpired)
+        ),
+        "the slow item's lease ended as lost: {:?}",
+        lost.last().unwrap().lost
+    );
 }
 
 /// A member cut off from the ensemble (its proxy blackholed) hears `Lost` for every item it
@@ -265,21 +272,35 @@ async fn a_cut_off_member_loses_every_item_before_anyone_is_granted_one() {
     })
     .await;
     proxy.blackhole();
+    let cut = Instant::now();
     let after = settled(&view, 2, SETTLING).await;
     assert_eq!(after, assigned(&["o1", "o2"], n));
     let history = fleet.history();
     for &item in &doomed_items {
+        // Its last grant of the item (an item may have come back to it as the others
+        // joined), and the first grant of the item to anyone after it.
         let old = history
             .iter()
-            .find(|i| i.item == item && i.member == "doomed")
+            .filter(|i| i.item == item && i.member == "doomed")
+            .max_by_key(|i| i.granted)
             .unwrap();
         let new = history
             .iter()
-            .filter(|i| i.item == item && i.member != "doomed")
+            .filter(|i| i.item == item && i.granted > old.granted)
             .min_by_key(|i| i.granted)
             .unwrap();
         let lost_at = old.ended.expect("the doomed member was told");
-        assert_eq!(old.lost, Some(LossReason::ClockLapsed), "item {item}");
+        // The lease clock lapses first; a process starved for over half a session timeout
+        // (a loaded machine) may hear of the expiry first instead: the order below is what
+        // matters.
+        assert!(
+            matches!(
+                old.lost,
+                Some(LossReason::ClockLapsed | LossReason::SessionExpired)
+            ),
+            "item {item}: {:?}",
+            old.lost
+        );
         assert!(
             lost_at < new.granted,
             "item {item}: granted to {} {:?} before the cut-off member heard Lost",
@@ -289,7 +310,7 @@ async fn a_cut_off_member_loses_every_item_before_anyone_is_granted_one() {
     }
     let first_regrant = history
         .iter()
-        .filter(|i| doomed_items.contains(&i.item) && i.member != "doomed")
+        .filter(|i| doomed_items.contains(&i.item) && i.member != "doomed" && i.granted > cut)
         .map(|i| i.granted)
         .min()
         .unwrap();
@@ -593,7 +614,17 @@ async fn a_member_whose_server_is_cut_off_from_its_peers_loses_each_item_before_
         let lost_at = old
             .ended
             .unwrap_or_else(|| panic!("item {item}: the cut-off member never heard Lost"));
-        assert_eq!(old.lost, Some(LossReason::ClockLapsed), "item {item}");
+        // The lease clock lapses first; a process starved for over half a session timeout
+        // (a loaded machine) may hear of the expiry first instead: the order below is what
+        // matters.
+        assert!(
+            matches!(
+                old.lost,
+                Some(LossReason::ClockLapsed | LossReason::SessionExpired)
+            ),
+            "item {item}: {:?}",
+            old.lost
+        );
         assert!(
             lost_at < new.granted,
             "item {item}: granted to {} {:?} before the cut-off member heard Lost",
