@@ -24,6 +24,14 @@ const SETTLE: Duration = Duration::from_millis(200);
 /// Generous bound for settling after a change on a loaded machine.
 const SETTLING: Duration = Duration::from_secs(30);
 
+/// Logs with `RUST_LOG` (e.g. `zkfence=info`), shown with a failing test's output.
+fn trace() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
+}
+
 fn partitions(session: &Session, path: &str, items: usize) -> Partitions {
     session.partitions(path, items).settle(SETTLE)
 }
@@ -73,7 +81,7 @@ async fn members_joining_and_leaving_one_by_one_settle_balanced_and_sticky() {
         let session = connect(&zk.connect_string(), CALM).await;
         fleet.join(&partitions(&session, &path, n), id).await;
         sessions.push(session);
-        let now = settled(&view, k + 1, SETTLING).await;
+        let now = fleet.settled(&view, k + 1, SETTLING).await;
         assert_eq!(now, assigned(&ids[..=k], n), "after {id} joined");
         if let Some(before) = &owners {
             let (m, min) = (moved(before, &now), minimum_moves(before, &ids[..=k]));
@@ -85,7 +93,7 @@ async fn members_joining_and_leaving_one_by_one_settle_balanced_and_sticky() {
     }
     for (k, id) in ids.iter().enumerate().take(ids.len() - 1) {
         fleet.leave(id);
-        let now = settled(&view, ids.len() - k - 1, SETTLING).await;
+        let now = fleet.settled(&view, ids.len() - k - 1, SETTLING).await;
         assert_eq!(now, assigned(&ids[k + 1..], n), "after {id} left");
         let before = owners.as_ref().unwrap();
         let (m, min) = (moved(before, &now), minimum_moves(before, &ids[k + 1..]));
@@ -131,7 +139,7 @@ async fn a_burst_of_joins_then_of_leaves_moves_items_about_once() {
         async move { fleet.join(&p, id).await }
     });
     futures::future::join_all(joins).await;
-    let before = settled(&view, ids.len(), SETTLING).await;
+    let before = fleet.settled(&view, ids.len(), SETTLING).await;
     assert_eq!(before, assigned(&ids, n));
     let grants = fleet.grants();
     eprintln!(
@@ -146,7 +154,7 @@ async fn a_burst_of_joins_then_of_leaves_moves_items_about_once() {
     for id in &ids[..3] {
         fleet.leave(id);
     }
-    let after = settled(&view, 3, SETTLING).await;
+    let after = fleet.settled(&view, 3, SETTLING).await;
     assert_eq!(after, assigned(&ids[3..], n));
     let (m, min) = (moved(&before, &after), minimum_moves(&before, &ids[3..]));
     eprintln!("a burst of 3 leaves: {m} moved, at least {min} had to");
@@ -173,7 +181,7 @@ async fn a_slow_release_holds_back_only_its_item_and_moves_once_released_or_dead
             "slow",
         )
         .await;
-    let alone = settled(&view, 1, SETTLING).await;
+    let alone = fleet.settled(&view, 1, SETTLING).await;
     assert!(alone.iter().all(|o| o == "slow"));
 
     // Two items that "slow" will have to give to "fast": it holds on to them.
@@ -222,11 +230,22 @@ async fn a_slow_release_holds_back_only_its_item_and_moves_once_released_or_dead
     // The slow member dies with the other: its item moves once its session expires.
     proxy.blackhole();
     let cut = Instant::now();
-    let now = settled(&view, 1, SETTLING).await;
+    let now = fleet.settled(&view, 1, SETTLING).await;
     let took = cut.elapsed();
     eprintln!("the dead slow member's items moved {took:?} after the cut (T = {T:?})");
     assert!(now.iter().all(|o| o == "fast"));
     assert!(took < 3 * T, "moved {took:?} after the cut");
+    eventually(
+        SETTLING,
+        "the slow worker hears it lost its item",
+        || async {
+            fleet
+                .history()
+                .iter()
+                .any(|i| i.member == "slow" && i.item == moving[1] && i.ended.is_some())
+        },
+    )
+    .await;
     fleet.assert_one_owner_at_a_time();
     let lost: Vec<_> = fleet
         .history()
@@ -248,6 +267,7 @@ async fn a_slow_release_holds_back_only_its_item_and_moves_once_released_or_dead
 /// before the next owner's begins. Its items move once the ensemble expires its session.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cut_off_member_loses_every_item_before_anyone_is_granted_one() {
+    trace();
     let zk = shared_ensemble();
     let path = unique_path("cut");
     let n = 30;
@@ -263,7 +283,7 @@ async fn a_cut_off_member_loses_every_item_before_anyone_is_granted_one() {
     ];
     fleet.join(&partitions(&others[0], &path, n), "o1").await;
     fleet.join(&partitions(&others[1], &path, n), "o2").await;
-    let before = settled(&view, 3, SETTLING).await;
+    let before = fleet.settled(&view, 3, SETTLING).await;
     let doomed_items: Vec<usize> = (0..n).filter(|&i| before[i] == "doomed").collect();
     assert!(!doomed_items.is_empty());
 
@@ -273,8 +293,16 @@ async fn a_cut_off_member_loses_every_item_before_anyone_is_granted_one() {
     .await;
     proxy.blackhole();
     let cut = Instant::now();
-    let after = settled(&view, 2, SETTLING).await;
+    let after = fleet.settled(&view, 2, SETTLING).await;
     assert_eq!(after, assigned(&["o1", "o2"], n));
+    // The ensemble shows the grants before the members' workers have them.
+    eventually(SETTLING, "the workers have every moved item", || async {
+        let history = fleet.history();
+        doomed_items
+            .iter()
+            .all(|&item| history.iter().any(|i| i.item == item && i.granted > cut))
+    })
+    .await;
     let history = fleet.history();
     for &item in &doomed_items {
         // Its last grant of the item (an item may have come back to it as the others
@@ -410,11 +438,25 @@ async fn a_killed_member_s_items_move_only_after_its_session_expires() {
     });
     child.start_kill().unwrap();
     let killed = Instant::now();
-    let after = settled(&view, 1, SETTLING).await;
+    let after = fleet.settled(&view, 1, SETTLING).await;
     assert!(after.iter().all(|o| o == "survivor"));
     let expired = within(SETTLING, "the victim's session expires", expiry)
         .await
         .unwrap();
+    // The ensemble shows the grants before the survivor's workers have them.
+    eventually(
+        SETTLING,
+        "the survivor's workers have every moved item",
+        || async {
+            let history = fleet.history();
+            victims.iter().all(|&item| {
+                history
+                    .iter()
+                    .any(|i| i.item == item && i.granted > announced_at)
+            })
+        },
+    )
+    .await;
     let history = fleet.history();
     let regrants: Vec<Instant> = history
         .iter()
@@ -457,7 +499,7 @@ async fn a_member_back_with_its_id_gets_its_items_and_nobody_else_moves() {
     fleet
         .join(&partitions(&first_life, &path, n), "phoenix")
         .await;
-    let before = settled(&view, 2, SETTLING).await;
+    let before = fleet.settled(&view, 2, SETTLING).await;
     let steady_grants = fleet.acquired("steady");
 
     proxy.blackhole();
@@ -562,6 +604,7 @@ async fn owned_lists_what_the_member_holds() {
 /// items settle over all three members again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_member_whose_server_is_cut_off_from_its_peers_loses_each_item_before_it_moves() {
+    trace();
     let zk = zkfence_testcontainers::Ensemble::builder()
         .nodes(3)
         .tick_time(TICK)
@@ -590,27 +633,57 @@ async fn a_member_whose_server_is_cut_off_from_its_peers_loses_each_item_before_
     let s2 = connect(&others_connect, CALM).await;
     fleet.join(&partitions(&s1, &path, n), "p1").await;
     fleet.join(&partitions(&s2, &path, n), "p2").await;
-    let before = settled(&view, 3, SETTLING).await;
+    let before = fleet.settled(&view, 3, SETTLING).await;
     let held: Vec<usize> = (0..n).filter(|&i| before[i] == "cut-off").collect();
     assert!(!held.is_empty());
 
     zk.isolate(follower);
     let cut = Instant::now();
-    let after = settled(&view, 2, SETTLING).await;
+    let after = fleet.settled(&view, 2, SETTLING).await;
     assert_eq!(after, assigned(&["p1", "p2"], n));
+    // The ensemble shows the grants before the members' workers have them.
+    eventually(SETTLING, "the workers have every moved item", || async {
+        let history = fleet.history();
+        held.iter()
+            .all(|&item| history.iter().any(|i| i.item == item && i.granted > cut))
+    })
+    .await;
     let history = fleet.history();
     let mut worst = Duration::MAX;
     for &item in &held {
+        let told = |what: &str| -> String {
+            let intervals: Vec<String> = history
+                .iter()
+                .filter(|i| i.item == item)
+                .map(|i| {
+                    format!(
+                        "{} {} from {:?} to {:?} ({:?})",
+                        i.member,
+                        i.token,
+                        i.granted
+                            .checked_duration_since(cut)
+                            .map(|d| d.as_secs_f64())
+                            .unwrap_or_else(|| -(cut - i.granted).as_secs_f64()),
+                        i.ended.map(|e| e
+                            .checked_duration_since(cut)
+                            .map(|d| d.as_secs_f64())
+                            .unwrap_or_else(|| -(cut - e).as_secs_f64())),
+                        i.lost
+                    )
+                })
+                .collect();
+            format!("item {item}: {what}; its history (s from the cut): {intervals:#?}")
+        };
         let old = history
             .iter()
             .filter(|i| i.item == item && i.member == "cut-off")
             .max_by_key(|i| i.granted)
-            .unwrap();
+            .unwrap_or_else(|| panic!("{}", told("never held by the cut-off member")));
         let new = history
             .iter()
             .filter(|i| i.item == item && i.granted > cut)
             .min_by_key(|i| i.granted)
-            .unwrap();
+            .unwrap_or_else(|| panic!("{}", told("not granted after the cut")));
         let lost_at = old
             .ended
             .unwrap_or_else(|| panic!("item {item}: the cut-off member never heard Lost"));
@@ -622,14 +695,13 @@ async fn a_member_whose_server_is_cut_off_from_its_peers_loses_each_item_before_
                 old.lost,
                 Some(LossReason::ClockLapsed | LossReason::SessionExpired)
             ),
-            "item {item}: {:?}",
-            old.lost
+            "{}",
+            told("the cut-off member's lease did not end as lost")
         );
         assert!(
             lost_at < new.granted,
-            "item {item}: granted to {} {:?} before the cut-off member heard Lost",
-            new.member,
-            lost_at - new.granted
+            "{}",
+            told("granted elsewhere before the cut-off member heard Lost")
         );
         worst = worst.min(new.granted - lost_at);
     }
@@ -642,7 +714,7 @@ async fn a_member_whose_server_is_cut_off_from_its_peers_loses_each_item_before_
     zk.wait_serving(follower, Duration::from_secs(30))
         .await
         .expect("the follower rejoins");
-    let healed = settled(&view, 3, Duration::from_secs(60)).await;
+    let healed = fleet.settled(&view, 3, Duration::from_secs(60)).await;
     assert_eq!(
         healed, before,
         "the member is back under its id, with its items"

@@ -490,8 +490,9 @@ impl Driver {
     }
 
     /// Makes item `index`'s slot follow the target: wait for it if it is ours, stop waiting
-    /// if not, ask for its release if it is held and not ours (unless we are merely out of
-    /// the party for a moment: then what is held stays until we know where we stand).
+    /// if not, ask for its release if it is held and not ours — only under a party we acted
+    /// on, or when leaving: out of the party, or back in it but not yet acted on its
+    /// members, the target is empty and says nothing about what we hold.
     fn reconcile(&mut self, index: usize) {
         let ours = self.target[index] && self.taking();
         let now = Instant::now();
@@ -511,7 +512,7 @@ impl Driver {
                 generation,
                 release_by: None,
                 ..
-            } if !ours && (self.membership.is_some() || self.leaving_now) => {
+            } if !ours && (self.acted.is_some() || self.leaving_now) => {
                 let deadline = now + self.release_within;
                 self.slots[index] = Slot::Held {
                     generation,

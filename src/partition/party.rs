@@ -160,11 +160,13 @@ impl Party {
     }
 
     fn view_of(&self, children: &[String], ids: &HashMap<String, String>, me: String) -> View {
+        // A node without an id was gone by the time its data was read: it is not a member
+        // (named by its node name, it would be a member that is not there).
         let mut members: Vec<String> = children
             .iter()
-            .map(|c| match self.assignment {
-                Assignment::Sticky => ids.get(c).cloned().unwrap_or_else(|| c.clone()),
-                Assignment::Kazoo => kazoo_identifier(c).to_string(),
+            .filter_map(|c| match self.assignment {
+                Assignment::Sticky => ids.get(c).cloned(),
+                Assignment::Kazoo => Some(kazoo_identifier(c).to_string()),
             })
             .collect();
         members.sort_unstable();
@@ -278,6 +280,13 @@ mod tests {
         let view = party.view_of(&children, &ids, "a".into());
         assert_eq!(view.members, ["a", "kazoo-worker"]);
         assert_eq!(view.foreign, ["ffff-kazoo-worker"]);
+        // A member's node gone before its data was read is no member.
+        let mut gone = children.clone();
+        gone.push("_c_3-lease-0000000003".to_string());
+        assert_eq!(
+            party.view_of(&gone, &ids, "a".into()).members,
+            ["a", "kazoo-worker"]
+        );
 
         let kazoo = Party::new("/p", Assignment::Kazoo);
         let view = kazoo.view_of(&children, &HashMap::new(), String::new());

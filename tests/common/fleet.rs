@@ -69,10 +69,16 @@ impl Fleet {
 
     /// Joins `partitions` as `id` and runs the member until it leaves or is dropped.
     pub async fn join(&self, partitions: &Partitions, id: &str) {
-        let mut member = partitions
-            .join(id)
-            .await
-            .unwrap_or_else(|e| panic!("{id} joins: {e}"));
+        // A loaded machine can keep a short session's clock from vouching at the grant for a
+        // whole session timeout (`NoAnswer`): an application joins again, and so does this.
+        let mut attempts = 0;
+        let mut member = loop {
+            match partitions.join(id).await {
+                Ok(member) => break member,
+                Err(zkfence::Error::NoAnswer { .. }) if attempts < 3 => attempts += 1,
+                Err(e) => panic!("{id} joins: {e}"),
+            }
+        };
         let (leave, mut leaving) = mpsc::unbounded_channel();
         let shared = self.shared.clone();
         let id_owned = id.to_string();
@@ -149,6 +155,45 @@ impl Fleet {
         s.slow.get_mut(id).map(|slow| slow.remove(&item));
         if let Some(release) = s.held_slow.remove(&(id.to_string(), item)) {
             let _ = release.send(());
+        }
+    }
+
+    /// True if, for each item, the member `owners` names has its worker on it now (an open
+    /// interval), and nobody else's worker is.
+    pub fn workers_hold(&self, owners: &[String]) -> bool {
+        let history = self.history();
+        owners.iter().enumerate().all(|(item, owner)| {
+            let open: Vec<&Interval> = history
+                .iter()
+                .filter(|i| i.item == item && i.ended.is_none())
+                .collect();
+            open.len() == 1 && open[0].member == *owner
+        })
+    }
+
+    /// [`settled`] as the ensemble shows it, and the workers of this fleet on their items:
+    /// the ensemble shows a grant before the member's worker has it.
+    pub async fn settled(
+        &self,
+        view: &Partitions,
+        members: usize,
+        timeout: Duration,
+    ) -> Vec<String> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let owners = settled(view, members, deadline - Instant::now()).await;
+            let workers = Instant::now() + Duration::from_secs(5).min(deadline - Instant::now());
+            while Instant::now() < workers {
+                if self.workers_hold(&owners) {
+                    return owners;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{}: the workers never held what the ensemble shows",
+                view.path()
+            );
         }
     }
 
@@ -232,7 +277,8 @@ fn worker(
                 shared.lock().unwrap().history[at].lost = Some(reason);
                 drop(lease);
             }
-            _ = released => {
+            // A dropped sender (the member told of the loss first) is no release request.
+            Ok(()) = released => {
                 shared.lock().unwrap().history[at].ended = Some(Instant::now());
                 // Lost while releasing is fine: the item is free either way.
                 let _ = lease.release().await;
