@@ -275,6 +275,7 @@ impl Election {
             .with_recipe(crate::telemetry::Recipe::Election)
             .with_owner(Owner::ThisProcess {
                 id: Some(id.to_string()),
+                revocable: false,
             })
     }
 
@@ -290,6 +291,7 @@ impl Election {
     ///   `Session` opens a new one unless reopening is off). [`Error::SessionClosed`].
     /// - [`Error::NodeDeleted`] if someone deleted our node while we waited.
     /// - [`Error::NoAnswer`] if the ensemble did not vouch for the session when elected.
+    /// - [`Error::KindConflict`] if a semaphore uses the path.
     pub async fn campaign(&self, id: &str) -> Result<Leadership> {
         let queue = self.queue(id);
         crate::telemetry::candidate(&queue.tag());
@@ -535,7 +537,7 @@ const RETRY_PAUSE_MAX: Duration = Duration::from_secs(5);
 /// for that long, the lease clock has ended the leadership anyway, and the node goes when
 /// a server answers or the session expires.
 async fn hand_on(shared: &Shared, node: &str) {
-    match tokio::time::timeout(shared.session_timeout, shared.delete_until_gone(node)).await {
+    match tokio::time::timeout(shared.session_timeout(), shared.delete_until_gone(node)).await {
         Ok(Ok(())) => {}
         Ok(Err(err)) => {
             tracing::debug!(%node, %err, "leadership node not deleted: the session ended, which removes it")

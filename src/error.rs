@@ -48,8 +48,9 @@ pub enum Error {
     /// [`Session::connect`](crate::Session::connect) reached no server of the ensemble: each
     /// server refused, did not resolve, or did not answer within the connect timeout.
     #[error(
-        "could not reach any ZooKeeper server of {connect:?} ({}); check that the ensemble \
-         runs and that this host can reach it",
+        "could not reach any ZooKeeper server of {connect:?} within {:?} ({}); check that the \
+         ensemble runs and that this host can reach it",
+        timeout,
         servers.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")
     )]
     ConnectFailed {
@@ -199,6 +200,31 @@ pub enum Error {
         reason: String,
     },
 
+    /// Another kind of lock uses this path: a lock, a read/write lock or an election where a
+    /// semaphore's holders are, or a semaphore where the others' are. Their nodes live in
+    /// different places (a semaphore's under `locks/` and `leases/`), so they would not
+    /// exclude each other (Curator and Kazoo leave such a mix undefined): zkfence refuses it
+    /// instead of granting. Nothing is held; our node, if any, was removed.
+    ///
+    /// What to do: use the kind the path's other users use (a semaphore with the same
+    /// limit), or another path. (A plain lock and a read/write lock do mix: a plain lock is
+    /// a writer to zkfence's readers.)
+    #[error(
+        "{path} is in use as {theirs} ({node}), and we asked for {ours}: the two kinds do not \
+         exclude each other, so zkfence refuses to mix them on one path; nothing is held. Use \
+         the same kind as the path's other users, or another path"
+    )]
+    KindConflict {
+        /// The path asked for.
+        path: String,
+        /// What we asked for.
+        ours: LockKind,
+        /// What the other contenders use the path as.
+        theirs: LockKind,
+        /// A node of the other kind that shows it.
+        node: String,
+    },
+
     /// This `Lock` handle already holds the lock or is acquiring it.
     #[error(
         "this Lock handle for {path} already holds or is acquiring the lock; release the Lease first, \
@@ -333,6 +359,42 @@ impl Error {
                 source,
             },
         }
+    }
+}
+
+/// The kinds of lock that can use one path, named by [`Error::KindConflict`].
+///
+/// Their node layouts differ (a semaphore keeps its nodes under `locks/` and `leases/`, the
+/// others' are the path's own children), so each sees the other in the listings it reads
+/// anyway.
+///
+/// ```
+/// use zkfence::LockKind;
+/// assert_eq!(LockKind::Semaphore.to_string(), "a semaphore");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LockKind {
+    /// [`Session::lock`](crate::Session::lock) (and an election, whose candidates queue as
+    /// a plain lock's do).
+    Lock,
+    /// [`Session::read_lock`](crate::Session::read_lock) or
+    /// [`Session::write_lock`](crate::Session::write_lock).
+    ReadWrite,
+    /// [`Session::semaphore`](crate::Session::semaphore).
+    Semaphore,
+    /// [`Session::election`](crate::Session::election).
+    Election,
+}
+
+impl fmt::Display for LockKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            LockKind::Lock => "a plain lock",
+            LockKind::ReadWrite => "a read/write lock",
+            LockKind::Semaphore => "a semaphore",
+            LockKind::Election => "an election",
+        })
     }
 }
 

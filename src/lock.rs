@@ -127,6 +127,8 @@ impl Lock {
     /// ```
     pub fn revocable(mut self) -> Self {
         self.revocable = true;
+        // Said in the owner data too, so `zkfence revoke` asks only holders that listen.
+        self.queue = self.queue.mark_revocable();
         self
     }
 
@@ -147,6 +149,7 @@ impl Lock {
     pub fn with_id(mut self, id: &str) -> Self {
         self.queue = self.queue.with_owner(Owner::ThisProcess {
             id: Some(id.to_string()),
+            revocable: self.revocable,
         });
         self
     }
@@ -194,6 +197,7 @@ impl Lock {
     /// - [`Error::NodeDeleted`] if someone deleted our node while we waited;
     ///   [`Error::LockDirectoryDeleted`] if the whole directory went.
     /// - [`Error::NoAnswer`] if the ensemble did not vouch for the session at the grant.
+    /// - [`Error::KindConflict`] if a semaphore uses the path.
     pub async fn acquire(&self) -> Result<Lease> {
         let claim = self.claim()?;
         let grant = self.queue.join(None).await?;

@@ -218,24 +218,94 @@ pub(crate) fn push_sequence(out: &mut String, sequence: i32) {
     out.extend(digits.iter().map(|&d| d as char));
 }
 
-/// Keeps the children that are contenders and sorts them into queue order.
+/// Keeps the children that are contenders and sorts them into queue order, noting whether
+/// a semaphore's directories are among the children ([`Ordered::semaphore_below`]).
 ///
 /// Sequences are compared with serial-number arithmetic (RFC 1982): `b` is after `a` when
 /// `b - a`, wrapped to 32 bits, is positive. A live queue spans far fewer than 2³¹ creates,
 /// so this orders it right across the counter's wrap, where `2147483647` is followed by
 /// `-2147483648`.
-pub(crate) fn queue_order(children: Vec<String>) -> Vec<(i32, String)> {
+pub(crate) fn queue_order(children: Vec<String>) -> Ordered {
+    let mut semaphore = false;
     let mut queue: Vec<(i32, String)> = children
         .into_iter()
-        .filter_map(|name| sequence_of(&name).map(|seq| (seq, name)))
+        .filter_map(|name| match sequence_of(&name) {
+            Some(seq) => Some((seq, name)),
+            None => {
+                semaphore |= is_semaphore_directory(&name);
+                None
+            }
+        })
         .collect();
-    let Some(reference) = queue.first().map(|(seq, _)| *seq) else {
-        return queue;
-    };
-    // Distance from one member, as a signed 32-bit offset: a total order on any set that
-    // spans less than 2³¹.
-    queue.sort_by_key(|(seq, _)| seq.wrapping_sub(reference));
-    queue
+    if let Some(reference) = queue.first().map(|(seq, _)| *seq) {
+        // Distance from one member, as a signed 32-bit offset: a total order on any set that
+        // spans less than 2³¹.
+        queue.sort_by_key(|(seq, _)| seq.wrapping_sub(reference));
+    }
+    Ordered {
+        queue,
+        semaphore_below: semaphore,
+    }
+}
+
+/// A lock directory's contenders in queue order, and whether its listing shows a
+/// semaphore's directories.
+#[derive(Debug, Default)]
+pub(crate) struct Ordered {
+    pub(crate) queue: Vec<(i32, String)>,
+    /// A semaphore's `locks` and `leases` are among the children: its holders and waiters
+    /// may be below. The layouts are disjoint (a semaphore's nodes one level down, a lock's
+    /// beside those directories), so kinds mixed on one path would not exclude each other;
+    /// a lock looks for the semaphore here, in the listing it reads anyway, and the
+    /// semaphore for a lock's nodes in its own read of the path.
+    ///
+    /// (A plain lock and a read/write lock need no such check among zkfence clients: a
+    /// reader treats every node that is not a reader's as a writer, and a plain lock
+    /// waits for every node ahead of it. Curator's read lock ignores plain `lock-` nodes,
+    /// but its readers' names are ours, so that mix cannot be told from the names.)
+    pub(crate) semaphore_below: bool,
+}
+
+impl std::ops::Deref for Ordered {
+    type Target = Vec<(i32, String)>;
+    fn deref(&self) -> &Self::Target {
+        &self.queue
+    }
+}
+
+impl std::ops::DerefMut for Ordered {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.queue
+    }
+}
+
+impl IntoIterator for Ordered {
+    type Item = (i32, String);
+    type IntoIter = std::vec::IntoIter<(i32, String)>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.queue.into_iter()
+    }
+}
+
+/// The kind of lock a contender's node `name` belongs to, as another kind names it in an
+/// error.
+pub(crate) fn kind_of(name: &str) -> crate::LockKind {
+    if is_read_write(name) {
+        crate::LockKind::ReadWrite
+    } else {
+        crate::LockKind::Lock
+    }
+}
+
+/// A semaphore's directory among a lock directory's children (Curator's
+/// `InterProcessSemaphoreV2` layout, which ours follows).
+fn is_semaphore_directory(name: &str) -> bool {
+    name == "locks" || name == "leases"
+}
+
+/// A read/write lock's node, ours, Curator's or Kazoo's reader.
+fn is_read_write(name: &str) -> bool {
+    name.contains("__READ__") || name.contains("__WRIT__") || name.contains("__rlock__")
 }
 
 /// The index of our node (`sequence`, `name`) in `queue` (in [`queue_order`]), found by its
@@ -288,10 +358,15 @@ pub(crate) fn split_connect_string(connect: &str) -> Result<(&str, Option<&str>)
                      (ZooKeeper's usual clientPort)"
                 )))
             }
-            Some(p) if p.parse::<u16>().is_err() => {
-                return Err(bad(format!("the port of {bare:?} is not a number")))
-            }
-            Some(_) => {}
+            Some(p) => match p.parse::<u64>() {
+                Err(_) => return Err(bad(format!("the port of {bare:?} is not a number"))),
+                Ok(n) if n == 0 || n > u64::from(u16::MAX) => {
+                    return Err(bad(format!(
+                        "the port of {bare:?} is out of range: a port is 1 to 65535"
+                    )))
+                }
+                Ok(_) => {}
+            },
         }
     }
     let chroot = chroot.filter(|c| *c != "/");
@@ -377,29 +452,50 @@ pub struct OwnerInfo {
     ///
     /// [`Leadership::proclaim`]: crate::Leadership::proclaim
     pub proclaimed: Option<Vec<u8>>,
+    /// The holder takes revocation requests ([`Lock::revocable`]; the CLI's `exec
+    /// --revocable`): `zkfence revoke` asks only such holders unless forced. False for
+    /// other clients' nodes, whose data does not say (a Curator holder may be revocable).
+    ///
+    /// [`Lock::revocable`]: crate::Lock::revocable
+    pub revocable: bool,
     /// The node's raw data.
     pub raw: Vec<u8>,
 }
 
 /// The data that asks a lock holder to let go (Curator's `LockInternals.REVOKE_MESSAGE`);
-/// it overwrites the holder's owner data.
+/// it overwrites the holder's owner data. A zkfence holder's owner data is kept after it, on
+/// the lines after [`REVOKE_REQUEST_THEN_OWNER`]: a zkfence holder takes either form, a
+/// Curator holder only the bare one.
 pub(crate) const REVOKE_REQUEST: &[u8] = b"__REVOKE__";
 
+/// A revocation request followed by the holder's owner data, kept readable.
+pub(crate) const REVOKE_REQUEST_THEN_OWNER: &[u8] = b"__REVOKE__\n";
+
+/// True if `data` asks its holder to let go, in either form.
+pub(crate) fn is_revoke_request(data: &[u8]) -> bool {
+    data == REVOKE_REQUEST || data.starts_with(REVOKE_REQUEST_THEN_OWNER)
+}
+
 impl OwnerInfo {
-    /// Whether someone asked this holder to let go ([`Session::revoke`]): the request
-    /// overwrote the owner data, so `id`, `host` and `pid` are unknown.
+    /// Whether someone asked this holder to let go ([`Session::revoke`]). A zkfence
+    /// holder's owner stays readable after the request; Curator's `Revoker` overwrites it,
+    /// and then `id`, `host` and `pid` are unknown.
     ///
     /// [`Session::revoke`]: crate::Session::revoke
     ///
     /// ```
     /// use zkfence::OwnerInfo;
-    /// let asked = OwnerInfo::decode(b"__REVOKE__");
+    /// let asked = OwnerInfo::decode(b"__REVOKE__\nid=backup\nhost=web-3\npid=7\nrevocable=1\n");
     /// assert!(asked.revocation_requested());
-    /// assert_eq!(asked.id, None);
-    /// assert_eq!(asked.to_string(), "? (revocation requested)");
+    /// assert_eq!(asked.id.as_deref(), Some("backup"));
+    /// assert_eq!(asked.to_string(), "backup (web-3, pid 7; revocation requested)");
+    /// // As Curator's Revoker writes it: the owner is gone.
+    /// let overwritten = OwnerInfo::decode(b"__REVOKE__");
+    /// assert!(overwritten.revocation_requested());
+    /// assert_eq!(overwritten.to_string(), "? (revocation requested)");
     /// ```
     pub fn revocation_requested(&self) -> bool {
-        self.raw == REVOKE_REQUEST
+        is_revoke_request(&self.raw)
     }
 
     /// Owner data for this process with the given id.
@@ -412,6 +508,7 @@ impl OwnerInfo {
             enqueued_at_ms: now_ms(),
             permits: None,
             proclaimed: None,
+            revocable: false,
             raw: vec![],
         }
     }
@@ -420,7 +517,11 @@ impl OwnerInfo {
     /// limit), stamped now: the owner of this process (its host, pid and the time) encoded
     /// straight into one buffer, as it is on every enqueue (the tests' `for_this_process`
     /// builds the same owner as a value).
-    pub(crate) fn encode_for_this_process(id: Option<&str>, permits: Option<usize>) -> Vec<u8> {
+    pub(crate) fn encode_for_this_process(
+        id: Option<&str>,
+        permits: Option<usize>,
+        revocable: bool,
+    ) -> Vec<u8> {
         // Every enqueue stamps its node: the lines that never change in a process are
         // written once, only the id, the time and the limit on each call.
         static HOST_AND_PID: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
@@ -436,6 +537,9 @@ impl OwnerInfo {
         }
         if let Some(permits) = permits {
             push_number_line(&mut out, "permits=", permits as u64);
+        }
+        if revocable {
+            out.extend_from_slice(b"revocable=1\n");
         }
         out
     }
@@ -474,6 +578,8 @@ impl OwnerInfo {
         if data == REVOKE_REQUEST {
             return info; // no owner left to read: see `revocation_requested`
         }
+        // A request in front of a zkfence holder's owner: the owner is read after it.
+        let data = data.strip_prefix(REVOKE_REQUEST_THEN_OWNER).unwrap_or(data);
         let (lines, proclaimed) = split_proclaimed(data);
         info.proclaimed = proclaimed.map(<[u8]>::to_vec);
         let Ok(text) = std::str::from_utf8(lines) else {
@@ -489,6 +595,7 @@ impl OwnerInfo {
                     "pid" => info.pid = v.parse().ok(),
                     "at" => info.enqueued_at_ms = v.parse().ok(),
                     "permits" => info.permits = v.parse().ok(),
+                    "revocable" => info.revocable = v == "1",
                     _ => {}
                 }
             }
@@ -597,14 +704,17 @@ impl fmt::Display for OwnerInfo {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let id = self.id.as_deref().unwrap_or("?");
         write!(f, "{id}")?;
-        if self.revocation_requested() {
-            return write!(f, " (revocation requested)");
-        }
-        match (&self.host, self.pid) {
-            (Some(h), Some(p)) => write!(f, " ({h}, pid {p})"),
-            (Some(h), None) => write!(f, " ({h})"),
-            (None, Some(p)) => write!(f, " (pid {p})"),
-            (None, None) => Ok(()),
+        let place = match (&self.host, self.pid) {
+            (Some(h), Some(p)) => Some(format!("{h}, pid {p}")),
+            (Some(h), None) => Some(h.clone()),
+            (None, Some(p)) => Some(format!("pid {p}")),
+            (None, None) => None,
+        };
+        match (place, self.revocation_requested()) {
+            (Some(place), true) => write!(f, " ({place}; revocation requested)"),
+            (None, true) => write!(f, " (revocation requested)"),
+            (Some(place), false) => write!(f, " ({place})"),
+            (None, false) => Ok(()),
         }
     }
 }
@@ -785,6 +895,7 @@ mod tests {
             enqueued_at_ms: Some(5),
             permits: Some(3),
             proclaimed: None,
+            revocable: false,
             raw: vec![],
         };
         let d = OwnerInfo::decode(&o.encode());
@@ -804,15 +915,20 @@ mod tests {
         let d = OwnerInfo::decode(&OwnerInfo::encode_for_this_process(
             Some("id\nwith a break"),
             Some(1_234_567_890),
+            true,
         ));
         assert_eq!(d.id.as_deref(), Some("id with a break"));
         assert_eq!(d.host.as_deref(), this_host());
         assert_eq!(d.pid, Some(std::process::id()));
         assert_eq!(d.permits, Some(1_234_567_890));
+        assert!(d.revocable);
         let at = d.enqueued_at_ms.expect("stamped");
         assert!((before..=now_ms().unwrap()).contains(&at), "{at}");
-        let bare = OwnerInfo::decode(&OwnerInfo::encode_for_this_process(None, Some(0)));
-        assert_eq!((bare.id, bare.permits), (None, Some(0)));
+        let bare = OwnerInfo::decode(&OwnerInfo::encode_for_this_process(None, Some(0), false));
+        assert_eq!(
+            (bare.id, bare.permits, bare.revocable),
+            (None, Some(0), false)
+        );
     }
 
     #[test]

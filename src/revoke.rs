@@ -15,7 +15,7 @@ use std::sync::Arc;
 use tokio::sync::watch;
 
 use crate::error::{Error, Result};
-use crate::node::{self, REVOKE_REQUEST};
+use crate::node::{self, OwnerInfo, REVOKE_REQUEST, REVOKE_REQUEST_THEN_OWNER};
 use crate::session::{NodeEvent, Session, Shared};
 
 /// A revocable lease's watch on its node's data; stops watching when dropped.
@@ -34,7 +34,7 @@ impl RevocationWatch {
             // client's re-set watch missed it) is seen at the next read.
             loop {
                 let mut watch = match shared.data_watched(&node).await {
-                    Ok(Some((data, _, _))) if data == REVOKE_REQUEST => {
+                    Ok(Some((data, _, _))) if node::is_revoke_request(&data) => {
                         tracing::info!(%node, "revocation requested");
                         let _ = tx.send(true);
                         return;
@@ -76,6 +76,13 @@ impl Session {
     /// [revocable](crate::Lock::revocable) (or a revocable Curator `InterProcessMutex`) is told and
     /// decides; any other holder ignores it. Nothing is released here.
     ///
+    /// A zkfence holder's owner data is kept after the request (`__REVOKE__`, a newline, the
+    /// owner lines), so [`Lock::contenders`](crate::Lock::contenders) still names it; any
+    /// other client's data is replaced by Curator's bare request, the only form Curator
+    /// knows. Whether the holder listens is in its owner data
+    /// ([`OwnerInfo::revocable`](crate::OwnerInfo::revocable)): ask that first if a request
+    /// that is ignored would mislead you, as `zkfence revoke` does.
+    ///
     /// `node` is the full path of a contender's node, as [`Lock::contenders`](crate::Lock::contenders) and
     /// the CLI's `status` show it; [`Lock::revoke_holder`](crate::Lock::revoke_holder) finds
     /// the holder's for you.
@@ -112,15 +119,25 @@ impl Session {
         }
         let shared = self.shared();
         loop {
-            let Some(stat) = shared.stat(node).await? else {
+            let Some((data, stat)) = shared.data(node).await? else {
                 return Err(not_a_lock_node("no such node (the holder may have left)"));
             };
             if stat.ephemeral_owner == 0 {
                 return Err(not_a_lock_node("it is not ephemeral"));
             }
+            // A zkfence holder's owner stays readable behind the request (it takes either
+            // form); any other holder gets Curator's bare request, the only one it knows.
+            let owner = OwnerInfo::decode(&data);
+            let request = if node::is_revoke_request(&data) {
+                data.clone()
+            } else if owner.host.is_some() || owner.pid.is_some() {
+                [REVOKE_REQUEST_THEN_OWNER, &data].concat()
+            } else {
+                REVOKE_REQUEST.to_vec()
+            };
             // Versioned, so a node deleted and re-created (or rewritten) since we looked is
             // looked at again rather than overwritten blindly.
-            match shared.set_data(node, REVOKE_REQUEST, stat.version).await {
+            match shared.set_data(node, &request, stat.version).await {
                 Ok(_) => {
                     tracing::info!(%node, "revocation requested of the holder");
                     return Ok(());

@@ -107,12 +107,44 @@ impl Semaphore {
         }
     }
 
-    /// Refuses a limit other than the one the current holders recorded. Checked before we
-    /// queue (so a mismatch is told at once) and again once we hold the turn: only the turn's
-    /// holder adds a lease, so then the holders cannot change their limit under us.
+    /// Refuses a limit other than the one the current holders recorded, and a path that
+    /// another kind of lock uses ([`Error::KindConflict`]). Checked before we queue (so a
+    /// mismatch is told at once) and again once we hold the turn: only the turn's holder adds
+    /// a lease, so then the holders cannot change their limit under us.
+    ///
+    /// The path's own children are read in the same request as the leases: a plain or
+    /// read/write lock's nodes sit there, beside our `locks/` and `leases/`. Once we hold the
+    /// turn our node is in `locks/` (and then in `leases/` until the lease ends), so a lock
+    /// that lists the path after this read sees us, and one that listed it before is seen here.
     async fn check_permits(&self) -> Result<()> {
-        let holders =
-            queue::list_contenders(&self.session.shared(), &self.leases_dir(), usize::MAX).await?;
+        let shared = self.session.shared();
+        let leases_dir = self.leases_dir();
+        let mut listed = shared
+            .list_many(&[leases_dir.clone(), self.path.clone()])
+            .await?
+            .into_iter();
+        let (leases, beside) = (listed.next().flatten(), listed.next().flatten());
+        if let Some(name) = beside
+            .into_iter()
+            .flatten()
+            .find(|name| crate::node::sequence_of(name).is_some())
+        {
+            let theirs = crate::node::kind_of(&name);
+            let node = format!("{}/{name}", self.path);
+            tracing::warn!(path = %self.path, %theirs, %node, "another kind of lock uses this semaphore's path: refused");
+            return Err(Error::KindConflict {
+                path: self.path.clone(),
+                ours: crate::LockKind::Semaphore,
+                theirs,
+                node,
+            });
+        }
+        let holders = match leases {
+            Some(children) => {
+                queue::contenders_among(&shared, &leases_dir, children, usize::MAX).await?
+            }
+            None => vec![],
+        };
         match holders
             .into_iter()
             .find(|h| h.owner.permits.is_some_and(|p| p != self.permits))
@@ -154,6 +186,7 @@ impl Semaphore {
     /// - [`Error::NodeDeleted`] if someone deleted our node while we waited.
     /// - [`Error::NoAnswer`] if the ensemble did not vouch for the session at the grant.
     /// - [`Error::PermitsMismatch`] if the holders recorded another number of permits.
+    /// - [`Error::KindConflict`] if a plain or read/write lock uses the path.
     pub async fn acquire(&self) -> Result<Lease> {
         self.acquire_until(None).await
     }

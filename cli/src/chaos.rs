@@ -52,7 +52,8 @@ pub struct Args {
     #[arg(long, value_name = "FILE", conflicts_with_all = ["duration", "seed", "faults", "nodes", "clients", "session_timeout", "tick_time", "postgres"])]
     check: Option<PathBuf>,
     /// With --check: draw only the seconds FROM..TO of the campaign, e.g. "300s..600s" (a
-    /// long run's whole picture is wide).
+    /// long run's whole picture is wide), to DIR/timeline-FROM-TO.svg (timeline-5m-10m.svg)
+    /// beside the whole timeline.svg.
     #[arg(long, requires = "check", value_parser = parse_window, value_name = "FROM..TO")]
     window: Option<(Duration, Duration)>,
 }
@@ -95,11 +96,16 @@ pub fn task(args: Args) -> Result<Task, Failure> {
                 .map(PathBuf::from)
                 .unwrap_or_else(|| PathBuf::from(".")),
         };
-        return Ok(Task::Recheck(
-            history,
-            dir.join("timeline.svg"),
-            args.window,
-        ));
+        // A window's picture has a name of its own: the whole timeline.svg stays.
+        let timeline = match args.window {
+            Some((from, to)) => format!(
+                "timeline-{}-{}.svg",
+                duration::format(from),
+                duration::format(to)
+            ),
+            None => "timeline.svg".to_string(),
+        };
+        return Ok(Task::Recheck(history, dir.join(timeline), args.window));
     }
     let exe = std::env::current_exe()
         .map_err(|e| Failure::new(exit::ERROR, format!("cannot find our own binary: {e}")))?;

@@ -16,6 +16,26 @@ use crate::exit::{self, Failure};
 use crate::signals::{self, Signals};
 use crate::supervisor;
 
+/// The contender id when --id is not given, for `exec` and `elect` alike: this host's name
+/// and CMD's program name (`web-3:backup.sh`), which tells an operator where the holder
+/// runs. Never CMD's arguments: the id is stored in the node's data, which anyone who may
+/// read the lock path reads (`zkfence status`, `zkCli get`), and arguments carry secrets
+/// (`psql postgres://app:secret@db/...`). The host and zkfence's pid are in the owner data
+/// already.
+pub fn default_id(cmd: &[String]) -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| "localhost".into());
+    let program = cmd
+        .first()
+        .map(|c| c.rsplit('/').next().unwrap_or(c).to_string())
+        .unwrap_or_default();
+    format!("{host}:{program}")
+}
+
 /// CMD, started under its supervisor.
 pub struct Cmd {
     supervisor: Child,
@@ -27,6 +47,8 @@ pub struct Cmd {
     name: String,
     /// A revocation was requested of a revocable lease, and CMD's group told.
     revoked: bool,
+    /// When CMD started.
+    started: Instant,
 }
 
 /// How CMD ended.
@@ -61,6 +83,11 @@ impl Cmd {
         label: &str,
     ) -> Result<Cmd, Failure> {
         let name = argv[0].clone();
+        if crate::terminal::ours() {
+            // CMD's group will have the terminal (the supervisor gives it): our own notes
+            // on stderr must not stop us meanwhile.
+            crate::terminal::write_from_background();
+        }
         let Some(until) = lease.valid_until() else {
             return Err(Failure::new(
                 exit::LOST,
@@ -72,7 +99,7 @@ impl Cmd {
         let fd = theirs.as_raw_fd();
         // The deadline as an absolute instant: a stall from here until the supervisor reads
         // it (a slow spawn, zkfence frozen) cannot move it later.
-        let deadline_ns = crate::clock::monotonic_ns_of(until);
+        let deadline_ns = crate::clock::BootInstant::of(until).as_ns();
         stop_here_for_tests(deadline_ns);
         // /proc/self/exe is this very binary, even if the file was replaced since we started.
         let mut command = Command::new("/proc/self/exe");
@@ -116,10 +143,12 @@ impl Cmd {
             pgid: 0,
             name,
             revoked: false,
+            started: Instant::now(),
         };
         match cmd.report().await {
             Some(line) if line.starts_with("started ") => {
                 cmd.pgid = line["started ".len()..].trim().parse().unwrap_or(0);
+                cmd.started = Instant::now();
                 Ok(cmd)
             }
             Some(line) if line.starts_with("failed ") => {
@@ -145,6 +174,11 @@ impl Cmd {
     /// True once a revocation request was passed on to CMD's group as SIGTERM.
     pub fn revoked(&self) -> bool {
         self.revoked
+    }
+
+    /// How long CMD has run (until now, or until it ended if asked then).
+    pub fn ran_for(&self) -> Duration {
+        self.started.elapsed()
     }
 
     /// The display name, for messages.
@@ -196,7 +230,7 @@ impl Cmd {
                 _ = session.valid_until_changed(), if clock_runs => {
                     match lease.valid_until() {
                         Some(until) => {
-                            let until = crate::clock::monotonic_ns_of(until);
+                            let until = crate::clock::BootInstant::of(until).as_ns();
                             self.send(format!("until {until}")).await;
                         }
                         // The loss branch tells the supervisor.
@@ -271,7 +305,7 @@ pub fn code_of(status: Ended) -> u8 {
 /// stall there does not move it.
 fn stop_here_for_tests(deadline_ns: u128) {
     if std::env::var_os("ZKFENCE_TEST_STOP_BEFORE_DEADLINE").is_some() {
-        eprintln!("zkfence-test: deadline {deadline_ns} ns on CLOCK_MONOTONIC; stopping");
+        eprintln!("zkfence-test: deadline {deadline_ns} ns on CLOCK_BOOTTIME; stopping");
         // SAFETY: raise(3) with a valid signal: stops every thread of the process.
         unsafe {
             libc::raise(libc::SIGSTOP);

@@ -37,6 +37,20 @@ pub fn parse(text: &str) -> Result<Duration, String> {
     seconds(total, text)
 }
 
+/// Writes a duration as the command line takes it: `400ms`, `45s`, `1.5s`, `5m`.
+pub fn format(d: Duration) -> String {
+    let ms = d.as_millis();
+    if ms < 1000 {
+        format!("{ms}ms")
+    } else if ms % 60_000 == 0 {
+        format!("{}m", ms / 60_000)
+    } else if ms % 1000 == 0 {
+        format!("{}s", ms / 1000)
+    } else {
+        format!("{:.1}s", d.as_secs_f64())
+    }
+}
+
 fn seconds(secs: f64, text: &str) -> Result<Duration, String> {
     Duration::try_from_secs_f64(secs).map_err(|_| bad(text))
 }

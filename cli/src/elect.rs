@@ -6,21 +6,37 @@ use zkfence::{Leadership, Session};
 
 use crate::child::{self, Cmd, Outcome};
 use crate::exit::{self, Failure};
+use crate::progress;
+use crate::remote::{close, Global};
 use crate::signals::{self, Signals};
-use crate::{close, progress, Global};
 
 /// The arguments of `elect`.
 pub struct Options {
     pub path: String,
     pub id: String,
-    pub once: bool,
+    pub restart: Restart,
     pub grace: Duration,
     pub cmd: Vec<String>,
 }
 
-/// How long to wait before campaigning again after CMD failed, so a CMD that crashes at
-/// start does not spin.
-const RETRY_AFTER_FAILURE: Duration = Duration::from_secs(1);
+/// When CMD ended on its own, whether to campaign again to run it again (`--restart`).
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Restart {
+    /// Whatever CMD's exit.
+    Always,
+    /// After a non-zero exit or a signal; a clean exit ends zkfence with 0.
+    OnFailure,
+    /// Never: exit with CMD's code (76 after leadership was lost), as --once.
+    Never,
+}
+
+/// The first pause before a failed CMD runs again, so a CMD that crashes at start does not
+/// spin; it doubles while CMD keeps failing, up to the most.
+const RESTART_PAUSE_MIN: Duration = Duration::from_secs(1);
+const RESTART_PAUSE_MAX: Duration = Duration::from_secs(60);
+
+/// A run of CMD at least this long starts the failure pause over: it was not crashing.
+const RESTART_PAUSE_RESET_AFTER: Duration = RESTART_PAUSE_MAX;
 
 /// The first pause before a failed campaign is tried again, and the most it doubles to.
 const RETRY_PAUSE_MIN: Duration = Duration::from_millis(100);
@@ -46,7 +62,10 @@ pub async fn run(global: &Global, o: Options) -> Result<u8, Failure> {
         Ok(session) => session,
         Err(code) => return Ok(code),
     };
+    let once = o.restart == Restart::Never;
     let mut pause = RETRY_PAUSE_MIN;
+    // The pause before CMD runs again after a failure: doubles while it keeps failing.
+    let mut restart_pause = RESTART_PAUSE_MIN;
     loop {
         let election = session.election(&o.path);
         let campaign = election.campaign(&o.id);
@@ -68,7 +87,7 @@ pub async fn run(global: &Global, o: Options) -> Result<u8, Failure> {
             // A failure that can pass: the Session reopens after an expiry, and a deleted
             // node or a quiet ensemble may be back. Campaign again, after a pause that
             // doubles while it keeps failing.
-            Err(e) if !o.once && may_pass(&e) => {
+            Err(e) if !once && may_pass(&e) => {
                 eprintln!(
                     "zkfence: {e}: campaigning again in {} in {:.1}s",
                     o.path,
@@ -93,7 +112,7 @@ pub async fn run(global: &Global, o: Options) -> Result<u8, Failure> {
             leadership.token(),
             o.cmd[0]
         );
-        match lead(leadership, &session, &o, &mut signals).await {
+        match lead(leadership, &session, &o, &mut signals, &mut restart_pause).await {
             Led::Exit(code) => {
                 close(session, Duration::from_secs(1)).await;
                 return Ok(code);
@@ -128,7 +147,9 @@ async fn lead(
     session: &Session,
     o: &Options,
     signals: &mut Signals,
+    restart_pause: &mut Duration,
 ) -> Led {
+    let once = o.restart == Restart::Never;
     let env = [
         ("ZKFENCE_TOKEN", leadership.token().to_string()),
         ("ZKFENCE_LOCK_PATH", o.path.clone()),
@@ -152,11 +173,13 @@ async fn lead(
             status,
             signal: Some(sig),
         } => {
-            resign(leadership, session).await;
-            tracing::info!(
-                signal = signals::name(sig),
-                "CMD exited after a forwarded signal: leaving the election"
+            eprintln!(
+                "zkfence: {} stopped after zkfence forwarded {} to its process group; resigning leadership of {}",
+                cmd.name(),
+                signals::name(sig),
+                o.path
             );
+            resign(leadership, session).await;
             Led::Exit(child::code_of(status))
         }
         Outcome::Exited {
@@ -169,8 +192,14 @@ async fn lead(
                 child::Ended::Code(code) => format!("exited with code {code}"),
                 child::Ended::Signal(sig) => format!("was killed by {}", signals::name(sig)),
             };
-            if o.once {
-                if matches!(status, child::Ended::Signal(_)) {
+            let failed = code != 0;
+            let again = match o.restart {
+                Restart::Always => true,
+                Restart::OnFailure => failed,
+                Restart::Never => false,
+            };
+            if !again {
+                if matches!(status, child::Ended::Signal(_)) || o.restart == Restart::OnFailure {
                     eprintln!(
                         "zkfence: {} {ended}: resigned leadership of {}",
                         cmd.name(),
@@ -179,18 +208,32 @@ async fn lead(
                 }
                 return Led::Exit(code);
             }
-            eprintln!(
-                "zkfence: {} {ended}: resigned leadership of {}, campaigning again",
-                cmd.name(),
-                o.path
-            );
-            Led::Again {
-                after: if code == 0 {
-                    Duration::ZERO
-                } else {
-                    RETRY_AFTER_FAILURE
-                },
+            if !failed || cmd.ran_for() >= RESTART_PAUSE_RESET_AFTER {
+                *restart_pause = RESTART_PAUSE_MIN;
             }
+            let after = if failed {
+                let after = *restart_pause;
+                *restart_pause = (after * 2).min(RESTART_PAUSE_MAX);
+                after
+            } else {
+                Duration::ZERO
+            };
+            eprintln!(
+                "zkfence: {} {ended}: resigned leadership of {}, campaigning again{} (--restart {})",
+                cmd.name(),
+                o.path,
+                if after.is_zero() {
+                    String::new()
+                } else {
+                    format!(" in {}", crate::duration::format(after))
+                },
+                match o.restart {
+                    Restart::Always => "always",
+                    Restart::OnFailure => "on-failure",
+                    Restart::Never => "never",
+                }
+            );
+            Led::Again { after }
         }
         Outcome::Escaped => {
             eprintln!(
@@ -218,7 +261,7 @@ async fn lead(
             );
             // Only now, with CMD's group gone, may leadership pass on.
             drop(leadership);
-            if o.once {
+            if once {
                 Led::Exit(exit::LOST)
             } else {
                 eprintln!("zkfence: campaigning again in {}", o.path);
@@ -247,20 +290,4 @@ async fn connect(global: &Global, signals: &mut Signals) -> Result<Result<Sessio
         session = global.connect() => Ok(Ok(session?)),
         sig = signals.recv() => Ok(Err(exit::by_signal(sig))),
     }
-}
-
-/// The candidate id when --id is not given: this host's name and CMD's program name
-/// (`web-3:scheduler`), which tells an operator where the leader runs.
-pub fn default_id(cmd: &[String]) -> String {
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_string())
-        .ok()
-        .filter(|h| !h.is_empty())
-        .or_else(|| std::env::var("HOSTNAME").ok())
-        .unwrap_or_else(|| "localhost".into());
-    let program = cmd
-        .first()
-        .map(|c| c.rsplit('/').next().unwrap_or(c).to_string())
-        .unwrap_or_default();
-    format!("{host}:{program}")
 }

@@ -6,13 +6,17 @@ use zkfence::{Contender, Error, Lease, Lock, NodeFormat, Semaphore, Session};
 
 use crate::child::{self, Cmd, Outcome};
 use crate::exit::{self, Failure};
+use crate::progress;
+use crate::remote::{close, release_and_close, Global};
 use crate::signals::{self, Signals};
-use crate::{close, progress, release_and_close, Global};
 
 /// The arguments of `exec`.
 pub struct Options {
     pub lockpath: String,
     pub timeout: Option<Duration>,
+    /// The flag that made `timeout` zero, as the message names it: `--no-wait` (else
+    /// `--timeout 0`).
+    pub no_wait: bool,
     pub format: NodeFormat,
     pub id: Option<String>,
     pub grace: Duration,
@@ -60,12 +64,7 @@ impl Gate {
             Gate::Lock(l) => {
                 // The head holds; readers ahead of the first writer hold together.
                 let mut contenders = l.contenders().await?;
-                let held = match contenders.iter().position(|c| !c.is_shared()) {
-                    Some(0) => 1,
-                    Some(i) => i,
-                    None => contenders.len(),
-                };
-                contenders.truncate(held);
+                contenders.truncate(held_by(&contenders));
                 Ok(contenders)
             }
             Gate::Semaphore(s) => s.holders().await,
@@ -81,7 +80,7 @@ pub async fn run(global: &Global, o: Options) -> Result<u8, Failure> {
         session = global.connect() => session?,
         sig = signals.recv() => return Ok(exit::by_signal(sig)),
     };
-    let id = o.id.clone().unwrap_or_else(|| default_id(&o.cmd));
+    let id = o.id.clone().unwrap_or_else(|| child::default_id(&o.cmd));
     let lock = match (o.limit, o.shared) {
         (Some(n), _) => Gate::Semaphore(session.semaphore(&o.lockpath, n).with_id(&id)),
         (None, shared) => {
@@ -132,13 +131,18 @@ pub async fn run(global: &Global, o: Options) -> Result<u8, Failure> {
     let lease = match acquired {
         Ok(Some(lease)) => lease,
         Ok(None) => {
-            let holder = holder_of(&lock).await;
+            let holder = holder_of(&lock, o.shared).await;
             drop(lock);
             close(session, global.session_timeout).await;
+            let flag = if o.no_wait {
+                "--no-wait"
+            } else {
+                "--timeout 0"
+            };
             return Err(Failure::new(
                 exit::TIMEOUT,
                 format!(
-                    "{} is taken{holder}; did not wait (--no-wait): try again later",
+                    "{} is taken{holder}; did not wait ({flag}): try again later",
                     o.lockpath
                 ),
             ));
@@ -150,7 +154,7 @@ pub async fn run(global: &Global, o: Options) -> Result<u8, Failure> {
             ..
         }) => {
             // The library names the holder's node; the owner's id says more to an operator.
-            let holder = holder_of(&lock).await;
+            let holder = holder_of(&lock, o.shared).await;
             drop(lock);
             close(session, global.session_timeout).await;
             return Err(Failure::new(
@@ -273,37 +277,58 @@ async fn hold(
     }
 }
 
-/// "; holder: ID (host, pid N) with token T, session 0x…, for 1.2s" for the current
-/// holder, or "; holders: …, …" for each of a semaphore's, if any.
-async fn holder_of(lock: &Gate) -> String {
-    match tokio::time::timeout(Duration::from_secs(2), lock.holders()).await {
-        Ok(Ok(holders)) if !holders.is_empty() => {
-            let named: Vec<String> = holders
-                .iter()
-                .map(|h| {
-                    format!(
-                        "{h}, for {:.1}s",
-                        crate::status::age_ms(h.created_ms) as f64 / 1000.0
-                    )
-                })
-                .collect();
-            let word = if named.len() == 1 {
-                "holder"
-            } else {
-                "holders"
-            };
-            format!("; {word}: {}", named.join("; "))
+/// "; holder: ID (host, pid N) with token T, session 0x…, queued 1.2s ago" for the current
+/// holder, or "; holders: …, …" for each of a semaphore's, if any. For a reader (`shared`),
+/// also the writer that waits ahead of us when there is one: readers queue behind a waiting
+/// writer (so writers do not starve), and that writer is what we wait for.
+async fn holder_of(lock: &Gate, shared: bool) -> String {
+    let look = async {
+        match lock {
+            Gate::Lock(l) if shared => {
+                let contenders = l.contenders().await?;
+                let (holders, rest) = contenders.split_at(held_by(&contenders));
+                let writer = rest.iter().find(|c| !c.is_shared()).cloned();
+                Ok((holders.to_vec(), writer))
+            }
+            _ => lock.holders().await.map(|h| (h, None)),
         }
-        _ => String::new(),
+    };
+    let Ok(Ok((holders, writer))) = tokio::time::timeout(Duration::from_secs(2), look).await else {
+        return String::new();
+    };
+    let described = |h: &Contender| {
+        format!(
+            "{h}, queued {:.1}s ago",
+            crate::status::age_ms(h.created_ms) as f64 / 1000.0
+        )
+    };
+    let mut out = String::new();
+    if !holders.is_empty() {
+        let named: Vec<String> = holders.iter().map(described).collect();
+        let word = if named.len() == 1 {
+            "holder"
+        } else {
+            "holders"
+        };
+        out = format!("; {word}: {}", named.join("; "));
     }
+    // A writer ahead of a reader only blocks it when readers hold: a writer at the head is
+    // the holder already named.
+    if let Some(writer) = writer.filter(|_| holders.first().is_some_and(Contender::is_shared)) {
+        out.push_str(&format!(
+            "; a writer waits ahead of us, and readers queue behind a waiting writer: {}",
+            described(&writer)
+        ));
+    }
+    out
 }
 
-/// The command line, shortened: what `status` shows when no --id is given.
-fn default_id(cmd: &[String]) -> String {
-    let line = cmd.join(" ");
-    if line.chars().count() <= 64 {
-        line
-    } else {
-        format!("{}…", line.chars().take(63).collect::<String>())
+/// How many of `contenders` (in queue order) hold: the head, or every reader ahead of the
+/// first writer.
+fn held_by(contenders: &[Contender]) -> usize {
+    match contenders.iter().position(|c| !c.is_shared()) {
+        Some(0) => 1,
+        Some(i) => i,
+        None => contenders.len(),
     }
 }

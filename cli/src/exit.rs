@@ -12,6 +12,11 @@ pub const USAGE: u8 = 2;
 pub const UNAVAILABLE: u8 = 3;
 /// The ensemble refused our credentials or an ACL denied us.
 pub const DENIED: u8 = 4;
+/// `status`/`leader`: nothing exists at the path (sysexits' EX_NOINPUT).
+pub const NO_SUCH_PATH: u8 = 66;
+/// `revoke`: the holder does not take revocation requests (not `exec --revocable`), so
+/// nothing was written; `--force` writes anyway (sysexits' EX_UNAVAILABLE).
+pub const NOT_REVOCABLE: u8 = 69;
 /// The lock was not acquired within `--timeout` (sysexits' EX_TEMPFAIL: try again later).
 pub const TIMEOUT: u8 = 75;
 /// The lock or leadership was lost while CMD ran; CMD was terminated.
@@ -40,13 +45,18 @@ Exit codes:
   1        error (for demo: a promise did not hold; for chaos: the checker found a
            violation)
   2        usage error: bad arguments, path or connect string, a TLS file that cannot be
-           used, a plaintext connection to a TLS port, or a --limit other than the holders'
-           (nothing was run); checked before connecting where no server is needed
+           used, a plaintext connection to a TLS port, a --limit other than the holders',
+           or a semaphore (--limit) and a lock on one path (nothing was run); checked
+           before connecting where no server is needed
   3        ZooKeeper unreachable (every server refused, did not resolve, or did not answer
            within --connect-timeout), or the session was closed; an expired session is
            survived: exec queues again, elect campaigns again
   4        authentication failed (SASL, digest, a TLS certificate not trusted either way)
            or an ACL denied access
+  66       status, leader: nothing exists at the path
+  69       revoke: the holder does not take revocation requests (it was not started with
+           exec --revocable, or is another client's); nothing was written (--force writes
+           the request anyway, e.g. for a Curator holder made revocable)
   75       exec --timeout passed, or --no-wait found the lock taken: nothing ran
            (EX_TEMPFAIL); the message names the holders
   76       the lock (exec) or leadership (elect --once) was lost, or about to run out
@@ -84,6 +94,7 @@ pub fn code_of(err: &Error) -> u8 {
         Error::InvalidPath { .. }
         | Error::InvalidConnectString { .. }
         | Error::PermitsMismatch { .. }
+        | Error::KindConflict { .. }
         | Error::UnsoundSettings { .. }
         | Error::TlsConfig { .. }
         | Error::TlsRequired { .. }

@@ -10,7 +10,7 @@ use serde::Serialize;
 use zkfence::zookeeper_client as zk;
 
 use crate::exit::{self, Failure};
-use crate::{close, Global};
+use crate::remote::{close, Global};
 
 /// One node seen by the walk, in pre-order (parents before children).
 struct Seen {

@@ -3,8 +3,8 @@
 
 use clap::CommandFactory;
 
+use crate::args::Cli;
 use crate::exit::{self, Failure};
-use crate::Cli;
 
 /// Prints the completion script for `shell` on stdout.
 pub fn completions(shell: clap_complete::Shell) -> Result<u8, Failure> {
@@ -23,22 +23,33 @@ pub fn completions(shell: clap_complete::Shell) -> Result<u8, Failure> {
 
 /// Prints a man page as roff on stdout: `zkfence(1)` (the synopsis, every option, the list
 /// of subcommands and the exit codes), or with `subcommand` its own page, `zkfence-NAME(1)`,
-/// which the list refers to.
+/// which the list refers to (its synopsis says `zkfence NAME`, as it is typed).
+///
+/// The exit codes and the JSON documents are tables: they are written unfilled (`.nf`), in
+/// sections of their own, where clap_mangen would have reflowed them as a paragraph.
 pub fn man(subcommand: Option<&str>) -> Result<u8, Failure> {
-    let command = Cli::command();
+    let page = page(subcommand)?;
+    let mut out = Vec::new();
+    render(&page, subcommand, &mut out)
+        .and_then(|()| crate::stdout::write(&out))
+        .map_err(|e| Failure::new(exit::ERROR, format!("cannot write the man page: {e}")))?;
+    Ok(exit::OK)
+}
+
+/// The command a page describes, without the help text's tail (written as sections here)
+/// and without the `help` subcommand, which has no page.
+fn page(subcommand: Option<&str>) -> Result<clap::Command, Failure> {
+    let command = Cli::command().disable_help_subcommand(true);
     let page = match subcommand {
         None => command,
         Some(name) => match command.find_subcommand(name) {
             Some(sub) => sub
                 .clone()
-                .name(format!("zkfence-{name}"))
+                .display_name(format!("zkfence-{name}"))
+                .bin_name(format!("zkfence {name}"))
                 .version(env!("CARGO_PKG_VERSION")),
             None => {
-                let names: Vec<&str> = command
-                    .get_subcommands()
-                    .map(|s| s.get_name())
-                    .filter(|n| *n != "help")
-                    .collect();
+                let names: Vec<&str> = command.get_subcommands().map(|s| s.get_name()).collect();
                 return Err(Failure::new(
                     exit::USAGE,
                     format!(
@@ -49,10 +60,52 @@ pub fn man(subcommand: Option<&str>) -> Result<u8, Failure> {
             }
         },
     };
-    let man = clap_mangen::Man::new(page);
-    let mut out = Vec::new();
-    man.render(&mut out)
-        .and_then(|()| crate::stdout::write(&out))
-        .map_err(|e| Failure::new(exit::ERROR, format!("cannot write the man page: {e}")))?;
-    Ok(exit::OK)
+    Ok(page.after_help(None::<&str>).after_long_help(None::<&str>))
+}
+
+fn render(
+    page: &clap::Command,
+    subcommand: Option<&str>,
+    out: &mut Vec<u8>,
+) -> std::io::Result<()> {
+    let has_exit_codes = page.get_subcommands().next().is_none() || subcommand.is_none();
+    let man = clap_mangen::Man::new(page.clone());
+    man.render_title(out)?;
+    man.render_name_section(out)?;
+    man.render_synopsis_section(out)?;
+    man.render_description_section(out)?;
+    if page.get_arguments().any(|a| !a.is_hide_set()) {
+        man.render_options_section(out)?;
+    }
+    if page.get_subcommands().any(|s| !s.is_hide_set()) {
+        man.render_subcommands_section(out)?;
+    }
+    if let Some(documents) = subcommand.and_then(crate::args::json_of) {
+        section(out, "JSON OUTPUT", &documents.join("\n\n"))?;
+    }
+    if has_exit_codes {
+        let table = exit::HELP
+            .strip_prefix("Exit codes:\n")
+            .unwrap_or(exit::HELP);
+        section(out, "EXIT STATUS", table)?;
+    }
+    man.render_version_section(out)
+}
+
+/// A man page section of preformatted `text`, written line for line.
+fn section(out: &mut Vec<u8>, title: &str, text: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    writeln!(out, ".SH \"{title}\"")?;
+    writeln!(out, ".nf")?;
+    for line in text.lines() {
+        // roff: a backslash is written \e; a line starting with . or ' would be a request.
+        let line = line.replace('\\', "\\e");
+        let line = if line.starts_with('.') || line.starts_with('\'') {
+            format!("\\&{line}")
+        } else {
+            line
+        };
+        writeln!(out, "{line}")?;
+    }
+    writeln!(out, ".fi")
 }

@@ -77,11 +77,11 @@ fn describe(contenders: &[Contender], me: i64) -> String {
     match index {
         0 => String::from("granted"),
         1 => format!(
-            "next in line; held by {} for {age:.0}s (token {})",
+            "next in line; held by {} (queued {age:.0}s ago, token {})",
             holder.owner, holder.token
         ),
         n => format!(
-            "{n} ahead of us; held by {} for {age:.0}s (token {})",
+            "{n} ahead of us; held by {} (queued {age:.0}s ago, token {})",
             holder.owner, holder.token
         ),
     }

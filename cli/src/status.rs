@@ -7,7 +7,7 @@ use zkfence::zookeeper_client as zk;
 use zkfence::{Contender, Session};
 
 use crate::exit::Failure;
-use crate::{close, Global};
+use crate::remote::{close, Global};
 
 /// Which words to use: a lock has a holder and waiters, an election a leader and candidates.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,6 +33,10 @@ struct LockReport {
     /// For a directory: the names of the nodes under it.
     #[serde(skip_serializing_if = "Option::is_none")]
     children: Option<Vec<String>>,
+    /// The session timeout the servers granted this command's session, in milliseconds:
+    /// what --session-timeout becomes on this ensemble (a holder's lock frees about this
+    /// long after it dies, if it asked for the same).
+    session_timeout_ms: u64,
 }
 
 /// The `leader --json` document.
@@ -45,6 +49,8 @@ struct ElectionReport {
     /// replaced), or null.
     proclaimed: Option<String>,
     candidates: Vec<Entry>,
+    /// As in the `status` document.
+    session_timeout_ms: u64,
 }
 
 #[derive(Debug, Serialize)]
@@ -65,7 +71,8 @@ struct Entry {
     /// "exclusive" (a lock, a writer, a candidate), "shared" (a reader) or "permit" (a
     /// semaphore's lease).
     mode: &'static str,
-    /// Time since the node was created, by the server's clock against ours.
+    /// Time since the node was created (since it joined the queue, not since it holds or
+    /// leads, which ZooKeeper does not record), by the server's clock against ours.
     age_ms: u64,
 }
 
@@ -187,20 +194,31 @@ async fn look(session: &Session, path: &str) -> Result<Found, Failure> {
 
 pub async fn run(global: &Global, path: &str, json: bool, kind: Kind) -> Result<u8, Failure> {
     let session = global.connect().await?;
+    let granted = session.session_timeout().as_millis() as u64;
     let found = look(&session, path).await;
     close(session, std::time::Duration::from_secs(1)).await;
     let found = found?;
     if json {
         let text = match kind {
-            Kind::Lock => serde_json::to_string_pretty(&lock_report(path, &found)),
-            Kind::Election => serde_json::to_string_pretty(&election_report(path, &found)),
+            Kind::Lock => serde_json::to_string_pretty(&LockReport {
+                session_timeout_ms: granted,
+                ..lock_report(path, &found)
+            }),
+            Kind::Election => serde_json::to_string_pretty(&ElectionReport {
+                session_timeout_ms: granted,
+                ..election_report(path, &found)
+            }),
         };
         let text = text.expect("a report always serialises");
         crate::stdout::report("report", &format!("{text}\n"))?;
     } else {
         crate::stdout::report("report", &describe(path, &found, kind))?;
     }
-    Ok(crate::exit::OK)
+    // Said by the exit code too: a script checking a typo'd path should not read "free".
+    Ok(match found {
+        Found::Missing => crate::exit::NO_SUCH_PATH,
+        _ => crate::exit::OK,
+    })
 }
 
 fn lock_report(path: &str, found: &Found) -> LockReport {
@@ -212,6 +230,7 @@ fn lock_report(path: &str, found: &Found) -> LockReport {
         holders: vec![],
         waiters: vec![],
         children: None,
+        session_timeout_ms: 0,
     };
     match found {
         Found::Missing | Found::Empty => {}
@@ -249,6 +268,7 @@ fn election_report(path: &str, found: &Found) -> ElectionReport {
         leader: None,
         proclaimed: None,
         candidates: vec![],
+        session_timeout_ms: 0,
     };
     if let Found::Queue {
         holders, waiters, ..
@@ -313,14 +333,23 @@ fn describe(path: &str, found: &Found, kind: Kind) -> String {
                 (Kind::Election, Some(value)) => format!("proclaimed: {value}\n"),
                 _ => String::new(),
             };
+            // A lock's holder holds since its grant and an election's leader leads since
+            // its predecessor left, which ZooKeeper does not record: what is known is when
+            // it joined the queue, an upper bound, and it is said as that.
+            let since = match kind {
+                Kind::Lock => format!("queued {} ago", seconds(age_ms(first.created_ms))),
+                Kind::Election => format!(
+                    "a candidate for {}, leading for at most that long",
+                    seconds(age_ms(first.created_ms))
+                ),
+            };
             format!(
-                "{path}: {} {} for {}, {behind} {}\n",
+                "{path}: {} {} ({since}), {behind} {}\n",
                 match kind {
                     Kind::Lock => "held by",
                     Kind::Election => "led by",
                 },
                 first.owner,
-                seconds(age_ms(first.created_ms)),
                 match (kind, behind) {
                     (Kind::Lock, _) => "waiting",
                     (Kind::Election, 1) => "candidate behind",
@@ -339,6 +368,10 @@ fn describe(path: &str, found: &Found, kind: Kind) -> String {
                 None => "limit not recorded: its holders are not zkfence's".to_string(),
             };
             let of = limit.map(|n| format!(" of {n}")).unwrap_or_default();
+            if holders.is_empty() && waiters.is_empty() {
+                // Nobody to show: no limit to tell (its holders record it), no table.
+                return format!("{path}: semaphore, {none}, nobody waiting\n");
+            }
             let head = if holders.is_empty() {
                 format!(
                     "{path}: semaphore ({limit_text}), {none}, {} waiting\n",

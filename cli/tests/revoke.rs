@@ -78,19 +78,36 @@ async fn a_revocable_exec_stops_cmd_like_sigterm_releases_and_exits_79() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_exec_that_is_not_revocable_ignores_the_request() {
+async fn an_exec_that_is_not_revocable_is_not_asked_unless_forced() {
+    // Issue 44 item 3: revoking a holder that does not listen looked like success (exit 0)
+    // and erased who holds from `status`. Now it is refused without writing (exit 69), and
+    // a forced request keeps the owner readable.
     let zk = shared_ensemble();
     let path = unique_path("plain-exec");
     let dir = scratch("plain");
     let mut cli = zkfence(
         &zk.connect_string(),
-        &["exec", &path, "sh", "-c", &cmd(&dir)],
+        &["exec", "--id", "nightly", &path, "sh", "-c", &cmd(&dir)],
     )
     .spawn()
     .unwrap();
     assert_eq!(next_line(&mut cli, Duration::from_secs(20)).await, "ready");
+    let observer = connect(&zk.connect_string(), Duration::from_secs(4)).await;
+    let holder = observer.lock(&path).contenders().await.unwrap()[0].clone();
     let asked = revoke(&zk.connect_string(), &[&path]).await;
-    assert_eq!(asked.code, Some(0), "{}", asked.stderr);
+    assert_eq!(asked.code, Some(69), "{}", asked.stderr);
+    assert!(
+        asked.stderr.contains("does not take revocation requests")
+            && asked.stderr.contains("--force"),
+        "{}",
+        asked.stderr
+    );
+    let (data, _) = observer.client().get_data(&holder.node).await.unwrap();
+    assert_eq!(data, holder.owner.raw, "nothing was written");
+
+    // Forced: written, ignored by this holder, and its owner still readable.
+    let forced = revoke(&zk.connect_string(), &[&path, "--force"]).await;
+    assert_eq!(forced.code, Some(0), "{}", forced.stderr);
     // A revocable exec stops CMD within a few round trips; give this one a second.
     let told = tokio::time::timeout(Duration::from_secs(1), async {
         while !dir.join("term").exists() {
@@ -102,9 +119,6 @@ async fn an_exec_that_is_not_revocable_ignores_the_request() {
         let ran = finish(cli, Duration::from_secs(15)).await;
         panic!("CMD was told: exit {:?}: {}", ran.code, ran.stderr);
     }
-    let again = revoke(&zk.connect_string(), &[&path]).await;
-    assert_eq!(again.code, Some(0), "still held: {}", again.stderr);
-    // The request overwrote the holder's owner data: status says so, not "__REVOKE__".
     let status = finish(
         zkfence(&zk.connect_string(), &["status", &path])
             .spawn()
@@ -114,7 +128,9 @@ async fn an_exec_that_is_not_revocable_ignores_the_request() {
     .await;
     assert_eq!(status.code, Some(0), "{}", status.stderr);
     assert!(
-        status.stdout.contains("revocation requested") && !status.stdout.contains("__REVOKE__"),
+        status.stdout.contains("nightly")
+            && status.stdout.contains("revocation requested")
+            && !status.stdout.contains("__REVOKE__"),
         "{}",
         status.stdout
     );
@@ -128,12 +144,8 @@ async fn an_exec_that_is_not_revocable_ignores_the_request() {
     let doc: serde_json::Value = serde_json::from_str(&json.stdout).expect(&json.stdout);
     let holder = &doc["holders"][0];
     assert_eq!(holder["revocation_requested"], true, "{}", json.stdout);
-    assert_eq!(
-        holder["owner"]["id"],
-        serde_json::Value::Null,
-        "{}",
-        json.stdout
-    );
+    assert_eq!(holder["owner"]["id"], "nightly", "{}", json.stdout);
+    assert!(holder["owner"]["pid"].is_u64(), "{}", json.stdout);
     // Our own SIGTERM still works: CMD's trap exits 3, which zkfence passes on.
     signal(&cli, libc::SIGTERM);
     let ran = finish(cli, Duration::from_secs(15)).await;
@@ -150,7 +162,10 @@ async fn zkfence_revoke_tells_a_revocable_curator_holder() {
     };
     assert_eq!(curator.ask("revocable").await, "revocable");
     assert_eq!(curator.ask("acquire").await, "acquired");
-    let asked = revoke(&zk.connect_string(), &[&path]).await;
+    // Curator's owner data cannot say it listens: not asked unless forced.
+    let refused = revoke(&zk.connect_string(), &[&path]).await;
+    assert_eq!(refused.code, Some(69), "{}", refused.stderr);
+    let asked = revoke(&zk.connect_string(), &[&path, "--force"]).await;
     assert_eq!(asked.code, Some(0), "{}", asked.stderr);
     assert_eq!(curator.next().await, "revoke-requested");
     assert_eq!(curator.ask("release").await, "released");

@@ -434,7 +434,8 @@ async fn status_says_when_a_path_does_not_exist_or_holds_lock_directories() {
 
     let missing = format!("{parent}/typo");
     let ran = run(zkfence(&c, &["status", &missing]), Duration::from_secs(20)).await;
-    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    // Issue 44 item 6: said by the exit code too.
+    assert_eq!(ran.code, Some(66), "{}", ran.stderr);
     assert_eq!(
         ran.stdout,
         format!("{missing}: no such lock directory (nobody has queued there)\n")
@@ -489,7 +490,15 @@ async fn every_json_output_follows_the_documented_schema() {
     keys.sort();
     assert_eq!(
         keys,
-        ["exists", "holders", "kind", "limit", "path", "waiters"],
+        [
+            "exists",
+            "holders",
+            "kind",
+            "limit",
+            "path",
+            "session_timeout_ms",
+            "waiters"
+        ],
         "{json}"
     );
     assert_eq!(json["kind"], "lock");
@@ -533,7 +542,14 @@ async fn every_json_output_follows_the_documented_schema() {
     keys.sort();
     assert_eq!(
         keys,
-        ["candidates", "exists", "leader", "path", "proclaimed"],
+        [
+            "candidates",
+            "exists",
+            "leader",
+            "path",
+            "proclaimed",
+            "session_timeout_ms"
+        ],
         "{json}"
     );
     assert_eq!(json["leader"]["owner"]["id"], "c1");
@@ -669,7 +685,8 @@ async fn a_trailing_slash_chroot_means_no_chroot() {
         Duration::from_secs(20),
     )
     .await;
-    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    // Connected, no chroot to miss: the path is just not there (66).
+    assert_eq!(ran.code, Some(66), "{}", ran.stderr);
 }
 
 #[tokio::test]
@@ -814,7 +831,7 @@ async fn completions_and_man_pages_are_generated_from_the_definitions() {
             "lists {sub}:\n{listed}"
         );
     }
-    assert!(man.stdout.contains("Exit codes:"), "{}", man.stdout);
+    assert!(man.stdout.contains(".SH \"EXIT STATUS\""), "{}", man.stdout);
     let exec = run(zkfence_bare(&["man", "exec"]), Duration::from_secs(10)).await;
     assert_eq!(exec.code, Some(0), "{}", exec.stderr);
     assert!(
@@ -873,7 +890,8 @@ async fn printing_into_a_closed_pipe_stops_quietly() {
             "zkfence status (json {json}) into a closed pipe wrote to stderr: {}",
             ran.stderr
         );
-        assert_eq!(ran.code, Some(0), "zkfence status: {}", ran.stderr);
+        // A path nobody used: 66, said on a stdout nobody reads.
+        assert_eq!(ran.code, Some(66), "zkfence status: {}", ran.stderr);
     }
 }
 

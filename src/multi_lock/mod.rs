@@ -129,7 +129,10 @@ impl Session {
         MultiLock {
             session: self.unbound(),
             given: paths.iter().map(|p| p.to_string()).collect(),
-            owner: Owner::ThisProcess { id: None },
+            owner: Owner::ThisProcess {
+                id: None,
+                revocable: false,
+            },
             busy: Arc::new(AtomicBool::new(false)),
         }
     }
@@ -191,6 +194,7 @@ impl MultiLock {
     pub fn with_id(mut self, id: &str) -> Self {
         self.owner = Owner::ThisProcess {
             id: Some(id.to_string()),
+            revocable: false,
         };
         self
     }

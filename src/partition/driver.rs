@@ -58,6 +58,7 @@ pub(super) fn start(partitions: &Partitions, id: &str, party: Party, membership:
             .with_format(NodeFormat::Kazoo)
             .with_owner(Owner::ThisProcess {
                 id: Some(id.to_string()),
+                revocable: false,
             })
             .with_recipe(Recipe::Partition)
         })

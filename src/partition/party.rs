@@ -124,6 +124,7 @@ impl Party {
         .with_format(format)
         .with_owner(Owner::ThisProcess {
             id: Some(id.to_string()),
+            revocable: false,
         })
         .with_recipe(Recipe::PartitionMember);
         let grant = queue.join(None).await?;

@@ -118,7 +118,7 @@ impl Partitions {
         let listed = shared.list_many(&dirs).await?;
         let queues: Vec<Vec<(i32, String)>> = listed
             .into_iter()
-            .map(|children| node::queue_order(children.unwrap_or_default()))
+            .map(|children| node::queue_order(children.unwrap_or_default()).queue)
             .collect();
         let heads: Vec<String> = dirs
             .iter()

@@ -92,6 +92,17 @@ pub(crate) async fn list_contenders(
     let Some(children) = shared.list(dir).await? else {
         return Ok(vec![]);
     };
+    contenders_among(shared, dir, children, limit).await
+}
+
+/// The first `limit` contenders among `children` (a listing of `dir`), holder first, with
+/// their owner data, as [`list_contenders`] reads them.
+pub(crate) async fn contenders_among(
+    shared: &Shared,
+    dir: &str,
+    children: Vec<String>,
+    limit: usize,
+) -> Result<Vec<Contender>> {
     let mut queue = node::queue_order(children);
     queue.truncate(limit);
     let paths: Vec<String> = queue

@@ -15,8 +15,9 @@ use super::{Admission, Queue, CLEANUP_GRACE, MAX_DIRECTORY_RETRIES};
 /// What our nodes carry as data.
 #[derive(Clone, Debug)]
 pub(crate) enum Owner {
-    /// [`OwnerInfo`] of this process, stamped at each enqueue.
-    ThisProcess { id: Option<String> },
+    /// [`OwnerInfo`] of this process, stamped at each enqueue; `revocable` says the holder
+    /// takes revocation requests.
+    ThisProcess { id: Option<String>, revocable: bool },
     /// A semaphore's permit: [`OwnerInfo`] of this process with the semaphore's limit, which
     /// every participant reads to refuse a different one.
     Permit { id: Option<String>, permits: usize },
@@ -27,9 +28,11 @@ pub(crate) enum Owner {
 impl Owner {
     pub(super) fn data(&self) -> Vec<u8> {
         match self {
-            Owner::ThisProcess { id } => OwnerInfo::encode_for_this_process(id.as_deref(), None),
+            Owner::ThisProcess { id, revocable } => {
+                OwnerInfo::encode_for_this_process(id.as_deref(), None, *revocable)
+            }
             Owner::Permit { id, permits } => {
-                OwnerInfo::encode_for_this_process(id.as_deref(), Some(*permits))
+                OwnerInfo::encode_for_this_process(id.as_deref(), Some(*permits), false)
             }
             Owner::Raw(data) => data.clone(),
         }
@@ -130,7 +133,7 @@ async fn cleanup(
                 // once more, later, in the background, so no orphan outlives this. It holds
                 // the session weakly: a session closed or dropped meanwhile takes any such
                 // node with it, and `Session::close` must not wait for this look.
-                let (weak, wait) = (Arc::downgrade(&shared), shared.session_timeout / 2);
+                let (weak, wait) = (Arc::downgrade(&shared), shared.session_timeout() / 2);
                 let (dir, marker) = (dir.clone(), marker.clone());
                 crate::session::spawn_detached(async move {
                     tokio::time::sleep(wait).await;

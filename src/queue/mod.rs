@@ -48,7 +48,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, LockKind, Result};
 use crate::node::{self, Kind, NodeFormat};
 use crate::session::{Counters, Created, NodeEvent, NodeWatch, QueueListing, Session, Shared};
 use crate::telemetry::{self, Recipe, Tag};
@@ -56,7 +56,7 @@ use crate::telemetry::{self, Recipe, Tag};
 pub(crate) use admission::Admission;
 use admission::Place;
 pub use contender::Contender;
-pub(crate) use contender::{list_contenders, list_contenders_now};
+pub(crate) use contender::{contenders_among, list_contenders_now};
 pub(crate) use enqueue::{find_own, Owner};
 use enqueue::{Enqueued, Pending};
 
@@ -134,7 +134,10 @@ impl Queue {
             kind,
             recipe: Recipe::of(kind),
             format: NodeFormat::default(),
-            owner: Owner::ThisProcess { id: None },
+            owner: Owner::ThisProcess {
+                id: None,
+                revocable: false,
+            },
             uuid: None,
             dir_valid: std::sync::OnceLock::new(),
         }
@@ -156,6 +159,14 @@ impl Queue {
 
     pub(crate) fn with_owner(mut self, owner: Owner) -> Queue {
         self.owner = owner;
+        self
+    }
+
+    /// Says in our owner data that we take revocation requests (raw data is left as given).
+    pub(crate) fn mark_revocable(mut self) -> Queue {
+        if let Owner::ThisProcess { revocable, .. } = &mut self.owner {
+            *revocable = true;
+        }
         self
     }
 
@@ -332,6 +343,11 @@ impl Queue {
         let shared = self.shared();
         if let Some(children) = shared.list(&self.dir).await? {
             if self.admission().blocked_by(&children) {
+                // Taken, or by a semaphore: that is said, not "taken".
+                let listed = node::queue_order(children);
+                if let Some(conflict) = self.kind_conflict(&listed).await? {
+                    return Err(conflict);
+                }
                 shared.sync(&self.dir).await?;
                 let still = shared.list(&self.dir).await?;
                 if still.is_some_and(|children| self.admission().blocked_by(&children)) {
@@ -458,6 +474,9 @@ impl Queue {
                     },
                 });
             };
+            if let Some(conflict) = Box::pin(self.kind_conflict(&queue)).await? {
+                return Err(conflict);
+            }
             let Some(index) = node::index_in_queue(&queue, created.sequence, name) else {
                 return Err(self.vanished(&created.path));
             };
@@ -470,6 +489,42 @@ impl Queue {
             let place = self.admission().place(&queue, index);
             return Ok((place, index, queue, children_watch));
         }
+    }
+
+    /// A semaphore on our directory, as [`Error::KindConflict`], if the listing `queue`
+    /// shows its directories (only then: one read of both, for a holder or waiter below).
+    ///
+    /// Checked on every listing after our create: of a lock and a semaphore racing, each
+    /// creates its node before it lists, so the later listing shows the other (a semaphore
+    /// reads our directory after its node is in `locks/`, and keeps a node below until its
+    /// lease ends).
+    async fn kind_conflict(&self, queue: &node::Ordered) -> Result<Option<Error>> {
+        let ours = self.recipe.lock_kind();
+        if ours == LockKind::Semaphore || !queue.semaphore_below {
+            return Ok(None);
+        }
+        let below = [
+            format!("{}/locks", self.dir),
+            format!("{}/leases", self.dir),
+        ];
+        let listed = self.shared().list_many(&below).await?;
+        for (dir, children) in below.iter().zip(listed) {
+            if let Some(name) = children
+                .into_iter()
+                .flatten()
+                .find(|name| node::sequence_of(name).is_some())
+            {
+                let node = format!("{dir}/{name}");
+                tracing::warn!(path = %self.dir, %ours, %node, "a semaphore uses this path: refused");
+                return Ok(Some(Error::KindConflict {
+                    path: self.dir.to_string(),
+                    ours,
+                    theirs: LockKind::Semaphore,
+                    node,
+                }));
+            }
+        }
+        Ok(None)
     }
 
     /// Deletes children carrying our marker, other than `ours`, that our session owns.
@@ -701,15 +756,15 @@ impl Queue {
         let mut clock_changes = shared.clock.clock.subscribe();
         // The time before the clock: a renewal this reading misses then either vouches past
         // it or wakes us (renewals of a clock that vouches are silent).
-        let now = Instant::now();
+        let now = shared.clock.instant();
         let mut clock = *clock_changes.borrow_and_update();
         if !clock.holds(clock.epoch, now) {
             tracing::info!(%node, "lease clock not current at grant: confirming with the ensemble");
             Counters::bump(&shared.counters.grant_confirms);
-            let deadline = Instant::now() + shared.session_timeout;
+            let deadline = Instant::now() + shared.session_timeout();
             loop {
                 shared.confirm(&node).await?;
-                let now = Instant::now();
+                let now = shared.clock.instant();
                 clock = *clock_changes.borrow_and_update();
                 if clock.holds(clock.epoch, now) {
                     break;
@@ -726,7 +781,7 @@ impl Queue {
                     return Err(Error::NoAnswer {
                         operation: "confirm grant",
                         path: node,
-                        waited: shared.session_timeout,
+                        waited: shared.session_timeout(),
                     });
                 }
             }

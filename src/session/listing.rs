@@ -30,7 +30,7 @@ use super::kept::KeptQueue;
 
 /// A directory's children in queue order (sequence order, right across the counter's wrap),
 /// sorted once and shared by every waiter that reads it.
-pub(crate) type QueueListing = Arc<Vec<(i32, String)>>;
+pub(crate) type QueueListing = Arc<node::Ordered>;
 
 /// The answer to one listing: `None` when the directory does not exist.
 pub(crate) type Listed = std::result::Result<Option<QueueListing>, zk::Error>;
@@ -237,7 +237,7 @@ impl Listings {
             };
         }
         // Before the send: the lease clock takes an answer's send time as what it proves.
-        let sent_at = Instant::now();
+        let sent_at = super::boot_clock::now();
         let (number, request) = self.send_in_order(list);
         in_flight.insert(
             dir.clone(),

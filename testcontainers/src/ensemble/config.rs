@@ -7,9 +7,10 @@ use std::io;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::path::Path;
 use std::sync::Mutex;
+use std::time::Duration;
 
 use super::peers::PeerLinks;
-use super::ports::{random_loopback_ip, reserve_ports};
+use super::ports::{random_loopback_ip, reserve_ports, reserve_ports_from};
 use super::{Ensemble, Node};
 use crate::HarnessError;
 
@@ -30,6 +31,9 @@ pub(super) struct ServerSettings {
     pub(super) jvm_props: Vec<(String, String)>,
     /// Whether every node also serves TLS on a `secureClientPort`.
     pub(super) secure: bool,
+    /// Node `i`'s client port is this plus `i` (then the secure ports follow), instead of
+    /// free ports picked at random.
+    pub(super) client_port_base: Option<u16>,
 }
 
 impl Ensemble {
@@ -44,11 +48,22 @@ impl Ensemble {
     ) -> Result<(Vec<Node>, Option<PeerLinks>), HarnessError> {
         // The listeners hold the ports until the servers are about to be spawned.
         let mut taken = HashSet::new();
-        let clients = reserve_ports(Ipv4Addr::LOCALHOST, n, &mut taken)?;
-        let secure_clients = if settings.secure {
-            reserve_ports(Ipv4Addr::LOCALHOST, n, &mut taken)?
-        } else {
-            Vec::new()
+        let (clients, secure_clients) = match settings.client_port_base {
+            Some(base) => {
+                let secure = if settings.secure { n } else { 0 };
+                let mut all = reserve_ports_from(Ipv4Addr::LOCALHOST, base, n + secure)?;
+                let secure_clients = all.split_off(n);
+                (all, secure_clients)
+            }
+            None => {
+                let clients = reserve_ports(Ipv4Addr::LOCALHOST, n, &mut taken)?;
+                let secure_clients = if settings.secure {
+                    reserve_ports(Ipv4Addr::LOCALHOST, n, &mut taken)?
+                } else {
+                    Vec::new()
+                };
+                (clients, secure_clients)
+            }
         };
         let peer_ip = if n > 1 {
             random_loopback_ip()
@@ -121,6 +136,55 @@ impl Ensemble {
         drop(secure_clients);
         drop(peers);
         Ok((nodes, links))
+    }
+}
+
+impl Ensemble {
+    /// Sets node `i`'s `minSessionTimeout` and `maxSessionTimeout` for its next
+    /// [`start`](Self::start) or [`restart`](Self::restart), as an operator changes one server's
+    /// config in a rolling restart. Each connection to it then negotiates a session timeout
+    /// within these bounds, also a session's reconnection: ZooKeeper clamps the requested
+    /// value at every connect and revalidates the session at the leader with it.
+    ///
+    /// ```no_run
+    /// # async fn example() -> Result<(), zkfence_testcontainers::HarnessError> {
+    /// use std::time::Duration;
+    /// let zk = zkfence_testcontainers::Ensemble::builder().nodes(3).start().await?;
+    /// zk.set_session_timeout_bounds(1, Duration::from_millis(400), Duration::from_secs(4))?;
+    /// zk.restart(1).await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Notable errors
+    /// [`HarnessError::Io`] if the node's config cannot be read or written, and
+    /// [`HarnessError::InvalidConfig`] if `min` is longer than `max`.
+    pub fn set_session_timeout_bounds(
+        &self,
+        i: usize,
+        min: Duration,
+        max: Duration,
+    ) -> Result<(), HarnessError> {
+        if min > max {
+            return Err(HarnessError::InvalidConfig(format!(
+                "minSessionTimeout {min:?} is longer than maxSessionTimeout {max:?}"
+            )));
+        }
+        let path = &self.nodes[i].config;
+        let text = fs::read_to_string(path)?;
+        let text: String = text
+            .lines()
+            .map(|line| {
+                if line.starts_with("minSessionTimeout=") {
+                    format!("minSessionTimeout={}\n", min.as_millis())
+                } else if line.starts_with("maxSessionTimeout=") {
+                    format!("maxSessionTimeout={}\n", max.as_millis())
+                } else {
+                    format!("{line}\n")
+                }
+            })
+            .collect();
+        fs::write(path, text)?;
+        Ok(())
     }
 }
 

@@ -95,6 +95,7 @@ pub struct EnsembleBuilder {
     tls: Option<ClientAuth>,
     tls_material: Option<TlsMaterial>,
     sasl_users: Vec<(String, String)>,
+    client_port_base: Option<u16>,
 }
 
 impl Default for EnsembleBuilder {
@@ -112,6 +113,7 @@ impl Default for EnsembleBuilder {
             tls: None,
             tls_material: None,
             sasl_users: Vec::new(),
+            client_port_base: None,
         }
     }
 }
@@ -121,6 +123,24 @@ impl EnsembleBuilder {
     /// sizes are legal but tolerate no more failures than the odd size below them.
     pub fn nodes(mut self, n: usize) -> Self {
         self.nodes = n;
+        self
+    }
+
+    /// Serves node `i`'s clients on port `base + i` of 127.0.0.1 (the secure ports, with
+    /// [`tls`](Self::tls), follow the last), instead of free ports picked at random: for an
+    /// operator who wants to know them in advance. Starting fails if one is taken.
+    ///
+    /// ```no_run
+    /// # async fn example() -> Result<(), zkfence_testcontainers::HarnessError> {
+    /// let zk = zkfence_testcontainers::Ensemble::builder()
+    ///     .client_port_base(12181)
+    ///     .start()
+    ///     .await?;
+    /// assert_eq!(zk.client_addr(1).port(), 12182);
+    /// # Ok(()) }
+    /// ```
+    pub fn client_port_base(mut self, base: u16) -> Self {
+        self.client_port_base = Some(base);
         self
     }
 
@@ -370,6 +390,7 @@ impl EnsembleBuilder {
             max_session,
             jvm_props: self.system_properties.clone(),
             secure: self.tls.is_some(),
+            client_port_base: self.client_port_base,
         };
         let mut dist = ServerDist::locate()?;
         let dir = tempfile::Builder::new()
@@ -528,6 +549,23 @@ impl Ensemble {
             }
         }
         found
+    }
+
+    /// What node `i` says it is right now (`Mode:` of its `srvr` answer: "leader",
+    /// "follower", "standalone", ...), or `None` if it does not answer in time.
+    ///
+    /// ```no_run
+    /// # async fn example(zk: &zkfence_testcontainers::Ensemble) {
+    /// for i in 0..zk.len() {
+    ///     println!("server {}: {:?}", i + 1, zk.role(i).await);
+    /// }
+    /// # }
+    /// ```
+    pub async fn role(&self, i: usize) -> Option<String> {
+        let (text, _) = four_letter_at(self.nodes[i].client, "srvr", FOUR_LETTER_TIMEOUT)
+            .await
+            .ok()?;
+        mode_of(&text).map(str::to_string)
     }
 
     /// Polls [`leader`](Self::leader) until a node reports being leader.

@@ -80,3 +80,29 @@ pub(crate) fn reserve_ports(
     }
     Ok(out)
 }
+
+/// Binds the `count` ports from `base` on `ip` (`base`, `base + 1`, ...) and keeps them bound
+/// until the caller drops them; fails, naming the port, if one is taken or out of range.
+pub(crate) fn reserve_ports_from(
+    ip: Ipv4Addr,
+    base: u16,
+    count: usize,
+) -> io::Result<Vec<(u16, TcpListener)>> {
+    (0..count)
+        .map(|i| {
+            let port = u16::try_from(usize::from(base) + i)
+                .ok()
+                .filter(|p| *p != 0)
+                .ok_or_else(|| {
+                    io::Error::new(
+                        io::ErrorKind::InvalidInput,
+                        format!("port {} is out of range", usize::from(base) + i),
+                    )
+                })?;
+            let listener = TcpListener::bind((ip, port)).map_err(|e| {
+                io::Error::new(e.kind(), format!("cannot use port {port} on {ip}: {e}"))
+            })?;
+            Ok((port, listener))
+        })
+        .collect()
+}
