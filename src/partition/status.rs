@@ -45,6 +45,10 @@ pub struct PartyMember {
     pub session_id: i64,
     /// Its owner data (host, pid, and for a zkfence member its id).
     pub owner: OwnerInfo,
+    /// How it divides the items, as its node's name tells: a zkfence member's
+    /// [`Assignment`] (sticky unless [`kazoo_compatible`](Partitions::kazoo_compatible)),
+    /// [`Assignment::Kazoo`] for a Kazoo `SetPartitioner`.
+    pub assignment: Assignment,
 }
 
 /// One item of a partition set: who holds its lock, and whom the assignment gives it to.
@@ -185,6 +189,10 @@ async fn read_members(
                 node,
                 session_id: stat.ephemeral_owner,
                 owner,
+                assignment: match Maker::of(name) {
+                    Maker::Sticky => Assignment::Sticky,
+                    Maker::KazooCompatible | Maker::Kazoo => Assignment::Kazoo,
+                },
             })
         })
         .collect();
