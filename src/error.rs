@@ -191,6 +191,15 @@ pub enum Error {
         holder: Box<crate::Contender>,
     },
 
+    /// A partition set's items or member id cannot be used; nothing was created.
+    #[error("invalid partitions at {path}: {reason}")]
+    InvalidPartitions {
+        /// The partition path.
+        path: String,
+        /// What is wrong, and how to fix it.
+        reason: String,
+    },
+
     /// Another kind of lock uses this path: a lock, a read/write lock or an election where a
     /// semaphore's holders are, or a semaphore where the others' are. Their nodes live in
     /// different places (a semaphore's under `locks/` and `leases/`), so they would not

@@ -123,9 +123,10 @@
 //! | `zkfence_leader` | gauge | `path` | 1 while a candidate of this process leads the election at `path`, 0 while it only campaigns |
 //!
 //! - **`kind`** is one of `lock`, `read`, `write` (the read/write lock's sides),
-//!   `semaphore`, `election`, `multi`. A multi-lock counts its acquire once (its acquires,
-//!   grants, timeouts and wait time) and its lease once per path (held, waiters, releases,
-//!   losses, held and release-to-grant time).
+//!   `semaphore`, `election`, `multi`, `partition` (an item of a
+//!   [partition set](Partitions)) and `partition_member` (a member's node in its party). A
+//!   multi-lock counts its acquire once (its acquires, grants, timeouts and wait time) and its
+//!   lease once per path (held, waiters, releases, losses, held and release-to-grant time).
 //! - **`path`** (the lock directory) is added to every metric with a `kind` only when the
 //!   session opts in with [`SessionOptions::metrics_path_labels`]: lock paths can be
 //!   unbounded (a lock per seat, per order), and each label value is a time series the
@@ -158,6 +159,7 @@ mod lease;
 mod election;
 mod lock;
 mod multi_lock;
+mod partition;
 mod semaphore;
 
 mod fence;
@@ -174,6 +176,10 @@ pub use lease::{Lease, LeaseState};
 pub use lock::Lock;
 pub use multi_lock::{MultiLease, MultiLock, MAX_MULTI_LOCK_PATHS};
 pub use node::{NodeFormat, OwnerInfo};
+pub use partition::{
+    Assignment, Item, ItemStatus, Items, Member, OwnershipChange, PartitionStatus, Partitions,
+    PartyMember, DEFAULT_RELEASE_WITHIN, DEFAULT_SETTLE, MAX_PARTITION_ITEMS,
+};
 pub use queue::Contender;
 pub use semaphore::Semaphore;
 pub use session::{FencedOp, Session, SessionMetrics, SessionOptions, SessionState};
@@ -252,13 +258,22 @@ mod tests {
         send_sync::<crate::Election>();
         send_sync::<crate::Leadership>();
         send_sync::<crate::Fence>();
+        send_sync::<crate::Partitions>();
+        send_sync::<crate::Member>();
+        send_sync::<crate::OwnershipChange>();
+        send_sync::<crate::PartitionStatus>();
         #[allow(unreachable_code, clippy::diverging_sub_expression)]
         fn futures_are_send(
             lock: &crate::Lock,
             lease: crate::Lease,
             election: &crate::Election,
             leadership: &crate::Leadership,
+            partitions: &crate::Partitions,
+            member: &mut crate::Member,
         ) {
+            send(&partitions.join("x"));
+            send(&partitions.status());
+            send(&member.next());
             send(&lock.acquire());
             send(&lock.try_acquire());
             send(&lock.acquire_timeout(std::time::Duration::ZERO));

@@ -11,7 +11,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 use zkfence::NodeFormat;
 
-use crate::{chaos, duration, elect, exit};
+use crate::{chaos, duration, elect, exit, partition_status};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -314,6 +314,8 @@ pub(crate) enum Command {
 
     /// Show who holds the lock LOCKPATH and who waits, in queue order: every holder of a
     /// read/write lock (shared readers) or of a semaphore (`exec --limit`), with its kind.
+    /// For a partition set (`Session::partitions`, Kazoo's SetPartitioner): each item's
+    /// owner, token, how long its node has existed, and the member it is moving to.
     ///
     /// Says so when LOCKPATH does not exist (exit 66), or holds lock directories rather than
     /// contenders. --json prints one JSON document, described below.
@@ -324,6 +326,12 @@ pub(crate) enum Command {
         /// Print JSON (the document is described at the end of --help).
         #[arg(long)]
         json: bool,
+        /// For a partition set: the items its members divide, a count (1000) or
+        /// comma-separated names (emails,invoices), as the members were given them. Without
+        /// it: the items that have a lock directory now (all of them once the set has
+        /// settled), which may leave out items nobody holds.
+        #[arg(long, value_name = "ITEMS", value_parser = partition_status::parse_items)]
+        items: Option<zkfence::Items>,
         #[command(flatten)]
         remote: Remote,
     },
@@ -525,14 +533,27 @@ pub(crate) const STATUS_JSON: &str = r#"JSON output (--json), one document on st
 
 {"path": string,
  "exists": bool,          false when nothing is at the path (exit 66)
- "kind": "lock" | "read-write" | "semaphore" | "directory" | null,
+ "kind": "lock" | "read-write" | "semaphore" | "directory" | "partitions" | null,
                           null when the path does not exist or nobody queued there
  "limit": integer|null,   a semaphore's N, as its holders recorded it
  "holders": [CONTENDER...],
  "waiters": [CONTENDER...],
  "session_timeout_ms": integer,  the session timeout the servers granted: what
                           --session-timeout becomes on this ensemble
- "children": [string...]} only when "kind" is "directory""#;
+ "children": [string...], only when "kind" is "directory"
+ for a partition set ("kind": "partitions"; "holders" and "waiters" are empty):
+ "assignment": "sticky" | "kazoo",   how its members divide the items
+ "items_from": "given" | "lock directories",   --items, or the items with a lock now
+ "members": [{"id": string, "node": string, "session_id": string,
+              "assignment": "sticky" | "kazoo", "host": string|null, "pid": integer|null}...],
+ "items": [{"item": string,
+            "owner": string|null,        the member holding it (by session), else the id in
+                                         its holder's data; null when nobody holds it
+            "token": integer|null, "session_id": string|null, "node": string|null,
+            "age_ms": integer|null,      since the holder's node was created
+            "waiting": integer,          contenders queued behind the holder
+            "assigned_to": string|null,  the member the assignment gives it to now
+            "moving_to": string|null}...]}   assigned_to when another (or nobody) holds it"#;
 
 /// `leader --json`'s document.
 pub(crate) const LEADER_JSON: &str = r#"JSON output (--json), one document on stdout:

@@ -22,6 +22,7 @@ mod gc;
 mod generated;
 mod logging;
 mod metrics_endpoint;
+mod partition_status;
 mod progress;
 mod remote;
 mod revoke;
@@ -89,7 +90,7 @@ fn main() -> ExitCode {
 enum Job {
     Exec(Global, exec::Options, Option<SocketAddr>),
     Elect(Global, elect::Options, Option<SocketAddr>),
-    Status(Global, String, bool, status::Kind),
+    Status(Global, String, bool, status::Kind, Option<zkfence::Items>),
     Gc(Global, String, bool, bool),
     Revoke(Global, String, Option<String>, bool),
     EnsembleUp(ensemble::Options),
@@ -171,11 +172,12 @@ impl Job {
             Command::Status {
                 lockpath,
                 json,
+                items,
                 remote,
             } => {
                 check_path(&lockpath)?;
                 let global = Global::from_args(remote, &outer)?;
-                Job::Status(global, lockpath, json, status::Kind::Lock)
+                Job::Status(global, lockpath, json, status::Kind::Lock, items)
             }
             Command::Leader {
                 electionpath,
@@ -184,7 +186,7 @@ impl Job {
             } => {
                 check_path(&electionpath)?;
                 let global = Global::from_args(remote, &outer)?;
-                Job::Status(global, electionpath, json, status::Kind::Election)
+                Job::Status(global, electionpath, json, status::Kind::Election, None)
             }
             Command::Revoke {
                 lockpath,
@@ -238,7 +240,9 @@ impl Job {
                 }
                 elect::run(&global, options).await
             }
-            Job::Status(global, path, json, kind) => status::run(&global, &path, json, kind).await,
+            Job::Status(global, path, json, kind, items) => {
+                status::run(&global, &path, json, kind, items).await
+            }
             Job::Gc(global, path, apply, json) => gc::run(&global, &path, apply, json).await,
             Job::Revoke(global, path, node, force) => {
                 revoke::run(&global, &path, node.as_deref(), force).await
