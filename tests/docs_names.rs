@@ -164,3 +164,32 @@ fn a_name_that_does_not_exist_is_caught() {
     assert_eq!(named("--no-wait"), None);
     assert_eq!(named("token()"), Some((None, "token".to_string())));
 }
+
+#[test]
+fn every_cargo_install_is_locked_and_no_manifest_names_a_placeholder() {
+    // `--locked`: the dependency versions the CLI was tested with, not the newest.
+    for (path, text) in documents() {
+        for (n, line) in text.lines().enumerate() {
+            if line.contains("cargo install") || line.contains("install --") {
+                let joined = format!("{line} {}", text.lines().nth(n + 1).unwrap_or(""));
+                if joined.contains("cargo") && joined.contains("install") {
+                    assert!(
+                        joined.contains("--locked"),
+                        "{}:{}: cargo install without --locked: {line}",
+                        path.display(),
+                        n + 1
+                    );
+                }
+            }
+        }
+    }
+    // The project has no public home yet: its manifests say nothing rather than a made-up
+    // address.
+    for manifest in ["Cargo.toml", "cli/Cargo.toml", "testcontainers/Cargo.toml"] {
+        let text = std::fs::read_to_string(root().join(manifest)).unwrap();
+        assert!(
+            !text.contains("example.invalid") && !text.contains("example.com"),
+            "{manifest} names a placeholder address"
+        );
+    }
+}

@@ -11,7 +11,9 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 use zkfence::NodeFormat;
 
-use crate::{chaos, duration, elect, exit};
+#[cfg(feature = "harness")]
+use crate::chaos;
+use crate::{duration, elect, exit};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -400,6 +402,7 @@ pub(crate) enum Command {
     },
 
     /// Throwaway local ZooKeeper ensembles, for trying zkfence out.
+    #[cfg(feature = "harness")]
     #[command(subcommand)]
     Ensemble(EnsembleCommand),
 
@@ -434,6 +437,7 @@ pub(crate) enum Command {
     /// write, a crashed holder's lock freed after the session timeout, the ZooKeeper leader
     /// killed while locks are held, and leader-election failover. Exits 0 only if every step
     /// behaved as promised.
+    #[cfg(feature = "harness")]
     Demo,
 
     /// Run a randomized fault campaign against a throwaway local ensemble and check its
@@ -450,10 +454,12 @@ pub(crate) enum Command {
     /// if the checker found a violation (each is printed with the events around it).
     ///
     /// Example: zkfence chaos --duration 10m --session-timeout 10s --tick-time 2s --seed 7
+    #[cfg(feature = "harness")]
     #[command(after_long_help = exit::HELP)]
     Chaos(chaos::Args),
 }
 
+#[cfg(feature = "harness")]
 #[derive(Subcommand, Debug)]
 pub(crate) enum EnsembleCommand {
     /// Start an ensemble, print its connect string (the first line of stdout), and run until
