@@ -289,7 +289,7 @@ pub enum Error {
 
     /// A fenced write's operation failed after the ownership check passed (nothing of the
     /// transaction was applied). `source` is the client's error, matched through the
-    /// re-exported [`zookeeper_client`](crate::zookeeper_client): a `FencedOp::SetData` or
+    /// re-exported [`zookeeper_client`]: a `FencedOp::SetData` or
     /// `FencedOp::Delete` of a node that does not exist fails with `NoNode`, a `Create` of
     /// one that does with `NodeExists`, a version check with `BadVersion`.
     ///
