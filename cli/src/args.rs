@@ -62,7 +62,7 @@ pub(crate) struct ConnectArgs {
     /// The session timeout to ask for: a crashed holder's lock frees about this long after it
     /// dies. The servers clamp it to their bounds (minSessionTimeout..maxSessionTimeout, 2 to
     /// 20 tickTimes unless configured); zkfence says so on stderr when they grant another,
-    /// and `status --json` shows the granted one. Below 100ms is refused (exit 2). E.g. "10s",
+    /// and `status --json` shows the granted one. Below 400ms is refused (exit 2). E.g. "10s",
     /// "500ms", "1m"; a bare number is seconds. [default: 10s]
     #[arg(long, value_parser = duration::parse, value_name = "DUR")]
     pub(crate) session_timeout: Option<Duration>,
@@ -427,8 +427,9 @@ pub(crate) enum Command {
     ///
     ///          zkfence man exec > /usr/local/share/man/man1/zkfence-exec.1
     Man {
-        /// A subcommand, e.g. exec.
-        subcommand: Option<String>,
+        /// A subcommand, e.g. exec (or `ensemble up`, for zkfence-ensemble-up(1)).
+        #[arg(value_name = "SUBCOMMAND")]
+        subcommand: Vec<String>,
     },
 
     /// Start a 3-node ensemble and play every promise of zkfence against it, as a timeline.

@@ -105,7 +105,7 @@ enum Job {
     #[cfg(feature = "harness")]
     Demo,
     Completions(clap_complete::Shell),
-    Man(Option<String>),
+    Man(Vec<String>),
     #[cfg(feature = "harness")]
     Chaos(chaos::Task),
 }
@@ -262,7 +262,7 @@ impl Job {
             #[cfg(feature = "harness")]
             Job::Demo => demo::run().await,
             Job::Completions(shell) => generated::completions(shell),
-            Job::Man(subcommand) => generated::man(subcommand.as_deref()),
+            Job::Man(subcommand) => generated::man(&subcommand),
             #[cfg(feature = "harness")]
             Job::Chaos(task) => chaos::run(task).await,
         }
