@@ -255,6 +255,11 @@ pub trait LeaderTask: Send {
 impl Session {
     /// A handle on the leader election under the directory `path`.
     ///
+    /// Give an election a path of its own. Its candidates queue as a plain lock's contenders
+    /// do (the layout of Curator's `LeaderSelector`), so on a lock's path the leader would
+    /// hold the lock and the lock's holder would lead; the names cannot tell them apart, so
+    /// that mix is not refused. A semaphore's path is refused ([`Error::KindConflict`]).
+    ///
     /// ```no_run
     /// # async fn f(session: zkfence::Session) -> zkfence::Result<()> {
     /// let leadership = session.election("/election/scheduler").campaign("node-a").await?;
