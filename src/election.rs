@@ -566,7 +566,7 @@ const RETRY_PAUSE_MAX: Duration = Duration::from_secs(5);
 /// for that long, the lease clock has ended the leadership anyway, and the node goes when
 /// a server answers or the session expires.
 async fn hand_on(shared: &Shared, node: &str) {
-    match tokio::time::timeout(shared.session_timeout, shared.delete_until_gone(node)).await {
+    match tokio::time::timeout(shared.session_timeout(), shared.delete_until_gone(node)).await {
         Ok(Ok(())) => {}
         Ok(Err(err)) => {
             tracing::debug!(%node, %err, "leadership node not deleted: the session ended, which removes it")

@@ -3,16 +3,14 @@
 
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use tokio::time::Instant;
 
 use crate::error::{Error, LossReason, Result};
 use crate::queue::Grant;
 use crate::revoke::RevocationWatch;
-use crate::session::{
-    FencedFailure, FencedOp, Holding, NodeEvent, NodeWatch, Session, SessionState, Shared,
-};
+use crate::session::{FencedFailure, FencedOp, Holding, Session, SessionState, Shared};
 use crate::token::FencingToken;
 
 /// Where a [`Lease`] stands.
@@ -94,9 +92,6 @@ pub struct Lease {
     token: FencingToken,
     holding: Arc<Holding>,
     holding_id: u64,
-    /// The watch on our node the grant set, until `watch_node` takes it over.
-    own_watch: Mutex<Option<NodeWatch>>,
-    watching: AtomicBool,
     /// Set on a revocable lease (see [`Lock::revocable`](crate::Lock::revocable)).
     revocation: Option<RevocationWatch>,
     released: bool,
@@ -130,12 +125,16 @@ impl Lease {
             token: FencingToken::from_zxid(grant.czxid),
             holding,
             holding_id,
-            own_watch: Mutex::new(grant.own_watch),
-            watching: AtomicBool::new(false),
             revocation: None,
             released: false,
             _claim: claim,
         };
+        // A grant through the queue comes with a watch on our node (it proved the node
+        // existed): follow it from now on, so a deletion by someone else ends the lease at
+        // once. A grant without one is watched a keepalive interval later (`holding.rs`).
+        if let Some(own_watch) = grant.own_watch {
+            lease.holding.watch_node(Some(own_watch));
+        }
         // The clock may have lapsed between the grant and the registration.
         lease.state();
         // Or `Session::close` marked the session closed after the grant was decided: its
@@ -214,10 +213,13 @@ impl Lease {
 
     /// Where the lease stands now. Cheap: no request is sent.
     ///
-    /// A deletion of our node by someone else is noticed once watched: a lease granted
-    /// after waiting watches from the grant on; one granted at once starts watching at the
-    /// first [`lost`](Self::lost), [`renew`](Self::renew) or
-    /// [`fenced_write`](Self::fenced_write).
+    /// Every way the lease can end shows here: the lease clock ran out (or the machine was
+    /// suspended past it), the session expired or was closed, the lease was released, or
+    /// our node was deleted by someone else. The last one is noticed through a watch on
+    /// our node: a lease granted after waiting watches from the grant on, one granted at once
+    /// from one keepalive interval after the grant (or at the first
+    /// [`lost`](Self::lost), [`renew`](Self::renew) or [`fenced_write`](Self::fenced_write)),
+    /// and the session's keepalives check a node nobody watches yet.
     pub fn state(&self) -> LeaseState {
         lease_state(&self.session, &self.holding)
     }
@@ -226,7 +228,10 @@ impl Lease {
     pub fn valid_until(&self) -> Option<Instant> {
         match self.state() {
             LeaseState::Lost(_) => None,
-            _ => Some(self.session.shared().clock.now().valid_until),
+            _ => {
+                let shared = self.session.shared();
+                Some(shared.clock.boot.to_tokio(shared.clock.now().valid_until))
+            }
         }
     }
 
@@ -291,31 +296,9 @@ impl Lease {
         }
     }
 
-    /// Watches our node once, so a deletion by someone else ends the lease.
+    /// Watches our node (once), so a deletion by someone else ends the lease.
     fn watch_node(&self) {
-        if self.watching.swap(true, Ordering::AcqRel) {
-            return;
-        }
-        let holding = Arc::downgrade(&self.holding);
-        let shared = self.session.shared().clone();
-        let node = self.node.clone();
-        let granted_watch = self.own_watch.lock().unwrap().take();
-        crate::session::spawn_detached(async move {
-            let deleted = match granted_watch {
-                Some(mut watch) => match watch.changed().await {
-                    Ok(NodeEvent::Deleted) => true,
-                    Ok(NodeEvent::Changed) => shared.wait_deleted(&node).await.is_ok(),
-                    Err(_) => false,
-                },
-                None => shared.wait_deleted(&node).await.is_ok(),
-            };
-            // A session that ended reports its own loss through the clock.
-            if deleted {
-                if let Some(holding) = holding.upgrade() {
-                    holding.lose(LossReason::NodeDeleted);
-                }
-            }
-        });
+        self.holding.watch_node(None);
     }
 
     /// Confirms with the leader that we still hold the lock and returns the new
@@ -471,8 +454,9 @@ fn lease_state(session: &Session, holding: &Holding) -> LeaseState {
     if let Some(reason) = holding.loss() {
         return LeaseState::Lost(reason);
     }
-    let clock = session.shared().clock.now();
-    if !clock.holds(holding.epoch, Instant::now()) {
+    let shared = session.shared();
+    let clock = shared.clock.now();
+    if !clock.holds(holding.epoch, shared.clock.instant()) {
         // Recording the loss here also starts the node's deletion (see `Holding::lose`).
         let reason = clock.loss_reason();
         holding.lose(reason);
@@ -511,7 +495,10 @@ impl LossWatch {
             if let LeaseState::Lost(reason) = self.state() {
                 return reason;
             }
-            let valid_until = self.session.shared().clock.now().valid_until;
+            // A suspend of the machine during the sleep makes it wake late; the keeper lapses
+            // the clock within a keepalive interval of the wake-up, which `recorded` hears.
+            let shared = self.session.shared();
+            let valid_until = shared.clock.boot.to_tokio(shared.clock.now().valid_until);
             tokio::select! {
                 _ = recorded => {}
                 _ = tokio::time::sleep_until(valid_until) => {}

@@ -65,7 +65,15 @@
 //!   ([`SessionOptions::server_tick_time`]), which bounds what a `sync` vouches for. In
 //!   practice a holder is told `Lost` about `0.6 T` after its last answered keepalive, while
 //!   no leader can expire it before about `0.8 T` after it. It assumes ZooKeeper's bound
-//!   `T ≥ 2 × tickTime` and clocks that advance at the same rate on both sides.
+//!   `T ≥ 2 × tickTime` and clocks that advance at the same rate on both sides while both
+//!   run. `T` is the timeout the servers granted, followed at every reconnect (a server
+//!   may grant a shorter one: [`Session::session_timeout`]), and a suspend of this machine
+//!   is counted (on Linux the clock runs on `CLOCK_BOOTTIME`).
+//! - **Every way a lease ends reaches the holder.** The clock lapsing, the session expired
+//!   or closed, a release, and its node deleted by someone else (an operator's `delete`):
+//!   nobody can be told of that before the next waiter, but the holder is told within one
+//!   notification once its node is watched, and at worst a keepalive interval (`T/6`) and a
+//!   round trip after its grant ([`LossReason::NodeDeleted`]).
 //! - **A blip is not a loss.** A disconnection that ends while the clock still vouches costs
 //!   nothing (the lease may show [`Suspended`](LeaseState::Suspended) meanwhile).
 //! - **A grant is never stale.** A waiter second in line watches its own node in the same
@@ -105,6 +113,7 @@
 //! | `zkfence_timeouts_total` | counter | `kind` | Acquires that gave up: the `acquire_timeout` deadline passed, or a `try_acquire` found the lock taken |
 //! | `zkfence_session_expiries_total` | counter | none | ZooKeeper sessions of this process that the ensemble expired |
 //! | `zkfence_reconnects_total` | counter | none | Reconnections to a server after a disconnection |
+//! | `zkfence_session_timeout_changes_total` | counter | none | Reconnections at which the servers granted a shorter session timeout, which the lease clock counts with from then on |
 //! | `zkfence_session_reopens_total` | counter | none | New ZooKeeper sessions a `Session` opened in place of expired ones (`SessionOptions::reopen_after_expiry`) |
 //! | `zkfence_wait_seconds` | histogram | `kind` | From the start of an acquire to its grant |
 //! | `zkfence_held_seconds` | histogram | `kind` | From a grant to the lease's release or loss |

@@ -185,6 +185,15 @@ pub(crate) fn reconnected() {
     imp::plain_counter(imp::RECONNECTS).increment(1);
 }
 
+/// The servers granted a session of this process a shorter timeout at a reconnect, which the
+/// lease clock now counts with.
+#[inline]
+#[allow(unused_variables)]
+pub(crate) fn session_timeout_changed(timeout: std::time::Duration) {
+    #[cfg(feature = "metrics")]
+    imp::plain_counter(imp::SESSION_TIMEOUT_CHANGES).increment(1);
+}
+
 /// A candidate of this process campaigns in the election `tag` is about: makes its leader
 /// gauge exist (at 0 until it leads), so a scrape shows every election this process is in.
 #[inline]
@@ -289,6 +298,7 @@ mod imp {
     pub(super) const SESSION_EXPIRIES: &str = "zkfence_session_expiries_total";
     pub(super) const RECONNECTS: &str = "zkfence_reconnects_total";
     pub(super) const SESSION_REOPENS: &str = "zkfence_session_reopens_total";
+    pub(super) const SESSION_TIMEOUT_CHANGES: &str = "zkfence_session_timeout_changes_total";
     pub(super) const WAIT_SECONDS: &str = "zkfence_wait_seconds";
     pub(super) const HELD_SECONDS: &str = "zkfence_held_seconds";
     pub(super) const RELEASE_TO_GRANT_SECONDS: &str = "zkfence_release_to_grant_seconds";
@@ -417,6 +427,11 @@ mod imp {
                 (
                     SESSION_REOPENS,
                     "New ZooKeeper sessions opened in place of expired ones",
+                ),
+                (
+                    SESSION_TIMEOUT_CHANGES,
+                    "Reconnections at which the servers granted a shorter session timeout, which \
+                     the lease clock counts with from then on",
                 ),
             ];
             for (name, help) in counters {

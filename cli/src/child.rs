@@ -99,7 +99,7 @@ impl Cmd {
         let fd = theirs.as_raw_fd();
         // The deadline as an absolute instant: a stall from here until the supervisor reads
         // it (a slow spawn, zkfence frozen) cannot move it later.
-        let deadline_ns = crate::clock::monotonic_ns_of(until);
+        let deadline_ns = crate::clock::BootInstant::of(until).as_ns();
         stop_here_for_tests(deadline_ns);
         // /proc/self/exe is this very binary, even if the file was replaced since we started.
         let mut command = Command::new("/proc/self/exe");
@@ -230,7 +230,7 @@ impl Cmd {
                 _ = session.valid_until_changed(), if clock_runs => {
                     match lease.valid_until() {
                         Some(until) => {
-                            let until = crate::clock::monotonic_ns_of(until);
+                            let until = crate::clock::BootInstant::of(until).as_ns();
                             self.send(format!("until {until}")).await;
                         }
                         // The loss branch tells the supervisor.
@@ -305,7 +305,7 @@ pub fn code_of(status: Ended) -> u8 {
 /// stall there does not move it.
 fn stop_here_for_tests(deadline_ns: u128) {
     if std::env::var_os("ZKFENCE_TEST_STOP_BEFORE_DEADLINE").is_some() {
-        eprintln!("zkfence-test: deadline {deadline_ns} ns on CLOCK_MONOTONIC; stopping");
+        eprintln!("zkfence-test: deadline {deadline_ns} ns on CLOCK_BOOTTIME; stopping");
         // SAFETY: raise(3) with a valid signal: stops every thread of the process.
         unsafe {
             libc::raise(libc::SIGSTOP);

@@ -10,9 +10,12 @@
 //!   SIGKILL at once: the lock's session will expire, and CMD must be gone before.
 //! - **The deadline passes**: the supervisor keeps its own copy of the lease's deadline,
 //!   which zkfence moves each time its lease clock moves. Deadlines travel as absolute
-//!   `CLOCK_MONOTONIC` instants (one clock for every process on the machine), so neither a
-//!   slow spawn nor a stall of zkfence between reading the clock and writing can move one
-//!   later; a deadline already past when CMD would start means CMD is not started. If
+//!   `CLOCK_BOOTTIME` instants (one clock for every process on the machine, and one that
+//!   goes on while the machine is suspended, as the servers' clocks do), so neither a slow
+//!   spawn, nor a stall of zkfence between reading the clock and writing, nor a suspend can
+//!   move one later; a deadline already past when CMD would start means CMD is not started.
+//!   The supervisor sleeps on a `CLOCK_BOOTTIME` timer, which fires at once on a wake-up
+//!   from a suspend that outlasted it. If
 //!   zkfence is frozen (SIGSTOP, a stall, swap) or the lease is running out, no extension
 //!   comes: CMD's group gets SIGTERM at `deadline - min(grace, half the lease left at the
 //!   last extension)` and SIGKILL at the deadline, when the lease clock says the ensemble
@@ -24,7 +27,7 @@
 //!   remain, the supervisor names them and reports `foreign` instead of waiting forever.
 //!
 //! The protocol on the socket is one line per message. zkfence → supervisor:
-//! `until NS` (the new deadline, nanoseconds on `CLOCK_MONOTONIC`), `signal N`, `lost`.
+//! `until NS` (the new deadline, nanoseconds on `CLOCK_BOOTTIME`), `signal N`, `lost`.
 //! Supervisor → zkfence: `started PID`, `failed CODE TEXT`, `done code|signal N WHY` with
 //! WHY one of `exited`, `deadline`, `lost`, `parent`, `foreign`.
 
@@ -33,7 +36,9 @@ use std::os::fd::FromRawFd;
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use crate::clock::BootInstant as Instant;
 
 /// The hidden first argument that selects this mode.
 pub const MODE: &str = "__zkfence-supervise";
@@ -89,7 +94,7 @@ impl Why {
 }
 
 /// Arguments: `FD PARENT_PID GRACE_MS DEADLINE_NS LABEL -- CMD...`, the deadline on
-/// `CLOCK_MONOTONIC`.
+/// `CLOCK_BOOTTIME`.
 struct Args {
     fd: i32,
     parent: i32,
@@ -180,7 +185,7 @@ pub fn main(args: &[String]) -> ! {
         std::process::exit(crate::exit::ERROR as i32);
     }
     // An absolute instant: however late we got it, it is the lease's own deadline.
-    let deadline = crate::clock::instant_of_ns(a.deadline_ns);
+    let deadline = Instant::from_ns(a.deadline_ns);
     let started = Instant::now();
     if started >= deadline {
         send(
@@ -385,7 +390,7 @@ impl State {
             words.next().and_then(|w| w.parse::<u64>().ok()),
         ) {
             (Some("until"), Some(ns)) if self.stopping.is_none() => {
-                self.deadline = crate::clock::instant_of_ns(ns as u128);
+                self.deadline = Instant::from_ns(ns as u128);
                 self.window = self
                     .grace
                     .min(self.deadline.saturating_duration_since(now) / 2);
@@ -402,6 +407,7 @@ impl State {
 }
 
 fn run(s: &mut State, sock: &mut UnixStream, wake: i32, parent: i32) -> ! {
+    let timer = boot_timer();
     let mut buf = Vec::new();
     let mut sock_open = true;
     loop {
@@ -494,11 +500,9 @@ fn run(s: &mut State, sock: &mut UnixStream, wake: i32, parent: i32) -> ! {
         if s.leader.is_some() {
             next.push(now + STRAGGLER_POLL);
         }
-        let timeout = next
-            .iter()
-            .map(|t| t.saturating_duration_since(now))
-            .min()
-            .map_or(-1, |d| d.as_millis().min(i32::MAX as u128) as i32 + 1);
+        // On a CLOCK_BOOTTIME timer, not poll's own timeout (CLOCK_MONOTONIC): after a
+        // suspend that outlasted the next deadline, it fires at the wake-up.
+        arm(timer, next.iter().min().copied());
         let mut fds = [
             libc::pollfd {
                 fd: wake,
@@ -510,12 +514,18 @@ fn run(s: &mut State, sock: &mut UnixStream, wake: i32, parent: i32) -> ! {
                 events: libc::POLLIN,
                 revents: 0,
             },
+            libc::pollfd {
+                fd: timer,
+                events: libc::POLLIN,
+                revents: 0,
+            },
         ];
         // SAFETY: poll on a valid array of pollfd.
         unsafe {
-            libc::poll(fds.as_mut_ptr(), 2, timeout);
+            libc::poll(fds.as_mut_ptr(), 3, -1);
         }
         drain(wake);
+        drain(timer);
         if sock_open && fds[1].revents != 0 {
             let mut chunk = [0u8; 512];
             loop {
@@ -576,6 +586,45 @@ fn set_cloexec(fd: i32) {
     unsafe {
         let flags = libc::fcntl(fd, libc::F_GETFD);
         libc::fcntl(fd, libc::F_SETFD, flags | libc::FD_CLOEXEC);
+    }
+}
+
+/// A timer on the deadlines' clock (`CLOCK_BOOTTIME`), disarmed; [`arm`] sets it.
+fn boot_timer() -> i32 {
+    // SAFETY: timerfd_create with valid flags.
+    let fd = unsafe {
+        libc::timerfd_create(crate::clock::CLOCK, libc::TFD_CLOEXEC | libc::TFD_NONBLOCK)
+    };
+    if fd < 0 {
+        eprintln!(
+            "zkfence: cannot create a timer: {}",
+            std::io::Error::last_os_error()
+        );
+        std::process::exit(crate::exit::ERROR as i32);
+    }
+    fd
+}
+
+/// Sets `timer` to fire at `at` (at once if it has passed), or disarms it.
+fn arm(timer: i32, at: Option<Instant>) {
+    let value = match at {
+        // A zero it_value disarms: one nanosecond past the clock's zero is surely past.
+        Some(at) => at.max(Instant::from_ns(1)).timespec(),
+        None => libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        },
+    };
+    let spec = libc::itimerspec {
+        it_interval: libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        },
+        it_value: value,
+    };
+    // SAFETY: timerfd_settime on our timer with a valid spec; the old value is not asked for.
+    unsafe {
+        libc::timerfd_settime(timer, libc::TFD_TIMER_ABSTIME, &spec, std::ptr::null_mut());
     }
 }
 

@@ -65,14 +65,15 @@ fn children_of(pid: i32) -> Vec<i32> {
     out
 }
 
-/// CLOCK_MONOTONIC now, in nanoseconds: the clock every process of the machine shares.
-fn monotonic_ns() -> u128 {
+/// CLOCK_BOOTTIME now, in nanoseconds: the clock of the supervisor's deadlines, which every
+/// process of the machine shares.
+fn boot_ns() -> u128 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
     // SAFETY: clock_gettime with a valid out pointer.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts) };
     ts.tv_sec as u128 * 1_000_000_000 + ts.tv_nsec as u128
 }
 
@@ -232,7 +233,7 @@ async fn after_a_lapse_the_next_cmd_starts_only_once_the_first_group_is_gone() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// Item 2: the deadline handed to the supervisor is an absolute CLOCK_MONOTONIC instant, so
+/// Item 2: the deadline handed to the supervisor is an absolute CLOCK_BOOTTIME instant, so
 /// a stall of zkfence between computing it and handing it over does not move it. A test hook
 /// freezes zkfence (SIGSTOP) right there, until past that deadline; the ensemble is silent,
 /// so no renewal comes after. The supervisor must not run CMD past the original deadline
@@ -291,13 +292,10 @@ async fn a_stall_before_the_deadline_is_handed_over_does_not_move_it() {
     // Nothing renews the lease after the stall, which lasts until past the deadline.
     proxy.blackhole();
     let past = deadline + 500_000_000;
-    tokio::time::sleep(Duration::from_nanos(
-        past.saturating_sub(monotonic_ns()) as u64
-    ))
-    .await;
+    tokio::time::sleep(Duration::from_nanos(past.saturating_sub(boot_ns()) as u64)).await;
     signal(&cli, libc::SIGCONT);
     let code = exit_code(&mut cli, Duration::from_secs(20)).await;
-    let ended = monotonic_ns();
+    let ended = boot_ns();
     while let Ok(line) = err.try_recv() {
         seen.push(line);
     }

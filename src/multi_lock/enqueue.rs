@@ -197,7 +197,7 @@ async fn cleanup(
                 // weakly, as a plain lock's late look does: a session closed or dropped
                 // meanwhile takes any such nodes with it, and `Session::close` must not wait
                 // half a session timeout for this look.
-                let (weak, wait) = (Arc::downgrade(&shared), shared.session_timeout / 2);
+                let (weak, wait) = (Arc::downgrade(&shared), shared.session_timeout() / 2);
                 let (dirs, marker) = (dirs.clone(), marker.clone());
                 crate::session::spawn_detached(async move {
                     tokio::time::sleep(wait).await;

@@ -133,7 +133,7 @@ async fn cleanup(
                 // once more, later, in the background, so no orphan outlives this. It holds
                 // the session weakly: a session closed or dropped meanwhile takes any such
                 // node with it, and `Session::close` must not wait for this look.
-                let (weak, wait) = (Arc::downgrade(&shared), shared.session_timeout / 2);
+                let (weak, wait) = (Arc::downgrade(&shared), shared.session_timeout() / 2);
                 let (dir, marker) = (dir.clone(), marker.clone());
                 crate::session::spawn_detached(async move {
                     tokio::time::sleep(wait).await;

@@ -756,15 +756,15 @@ impl Queue {
         let mut clock_changes = shared.clock.clock.subscribe();
         // The time before the clock: a renewal this reading misses then either vouches past
         // it or wakes us (renewals of a clock that vouches are silent).
-        let now = Instant::now();
+        let now = shared.clock.instant();
         let mut clock = *clock_changes.borrow_and_update();
         if !clock.holds(clock.epoch, now) {
             tracing::info!(%node, "lease clock not current at grant: confirming with the ensemble");
             Counters::bump(&shared.counters.grant_confirms);
-            let deadline = Instant::now() + shared.session_timeout;
+            let deadline = Instant::now() + shared.session_timeout();
             loop {
                 shared.confirm(&node).await?;
-                let now = Instant::now();
+                let now = shared.clock.instant();
                 clock = *clock_changes.borrow_and_update();
                 if clock.holds(clock.epoch, now) {
                     break;
@@ -781,7 +781,7 @@ impl Queue {
                     return Err(Error::NoAnswer {
                         operation: "confirm grant",
                         path: node,
-                        waited: shared.session_timeout,
+                        waited: shared.session_timeout(),
                     });
                 }
             }

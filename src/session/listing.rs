@@ -237,7 +237,7 @@ impl Listings {
             };
         }
         // Before the send: the lease clock takes an answer's send time as what it proves.
-        let sent_at = Instant::now();
+        let sent_at = super::boot_clock::now();
         let (number, request) = self.send_in_order(list);
         in_flight.insert(
             dir.clone(),

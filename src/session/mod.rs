@@ -2,7 +2,9 @@
 //! layers under it — the lease clock (`clock.rs`) and its keeper task (`keeper.rs`), and the
 //! ZooKeeper operations (`ops.rs`, `multi.rs`), the only code that calls the client library.
 
+mod boot_clock;
 mod clock;
+mod holding;
 mod keeper;
 mod kept;
 mod listing;
@@ -21,7 +23,8 @@ use zookeeper_client as zk;
 
 use crate::error::{Error, Result};
 
-pub(crate) use clock::{Acquiring, Holding};
+pub(crate) use clock::Acquiring;
+pub(crate) use holding::Holding;
 pub(crate) use listing::QueueListing;
 pub(crate) use multi::FencedFailure;
 pub use multi::FencedOp;
@@ -106,6 +109,9 @@ pub struct SessionMetrics {
     pub expiries: u64,
     /// Attempts to open a new ZooKeeper session after an expiry (successful or not).
     pub reopen_attempts: u64,
+    /// Reconnections at which the servers granted a shorter session timeout, which the
+    /// lease clock counts with from then on ([`Session::session_timeout`]).
+    pub timeout_changes: u64,
 }
 
 #[derive(Default)]
@@ -121,6 +127,7 @@ pub(crate) struct Counters {
     pub(crate) reconnects: AtomicU64,
     pub(crate) expiries: AtomicU64,
     pub(crate) reopen_attempts: AtomicU64,
+    pub(crate) timeout_changes: AtomicU64,
 }
 
 impl Counters {
@@ -132,7 +139,6 @@ impl Counters {
 /// State shared by the session handle, its keeper task, and every lease.
 pub(crate) struct Shared {
     pub(crate) client: zk::Client,
-    pub(crate) session_timeout: Duration,
     pub(crate) acls: Vec<zk::Acl>,
     /// How directories are created: container (removed once empty) or persistent.
     pub(crate) directory_mode: zk::CreateMode,
@@ -163,7 +169,14 @@ impl Shared {
             reconnects: get(&c.reconnects),
             expiries: get(&c.expiries),
             reopen_attempts: get(&c.reopen_attempts),
+            timeout_changes: get(&c.timeout_changes),
         }
+    }
+
+    /// The session timeout the lease clock counts with: the shortest the servers granted
+    /// since the session was created (see `clock.rs`, `Timing::timeout`).
+    pub(crate) fn session_timeout(&self) -> Duration {
+        self.clock.now().timeout
     }
 
     /// Registers a granted lease so the clock can end it.
@@ -386,7 +399,7 @@ impl Session {
         self.inner.current.stop_reopening();
         let shared = self.shared();
         let mut states = shared.client.state_watcher();
-        let timeout = shared.session_timeout;
+        let timeout = shared.session_timeout();
         if shared.clock.now().state.is_terminal() {
             return;
         }
@@ -406,7 +419,12 @@ impl Session {
             .lose_all(crate::error::LossReason::SessionClosed);
         // A grant decided just before the mark registers its lease after it: the lease sees
         // the mark and deletes its own node (`Lease::new`) if it is not in this list.
-        let nodes = shared.clock.held_nodes();
+        // Not the nodes of leases kept until their holders release them
+        // (`Lease::keep_node_until_released`): their holders are stopping work they could not
+        // stop at once (the CLI's `exec` stops a process group), and the node must keep the
+        // lock until then. Those leases keep the ZooKeeper session open; each deletes its
+        // node when released or dropped.
+        let nodes = shared.clock.held_nodes_not_kept();
         // In a task of its own, so that a caller who stops waiting (drops this future) still
         // gets the leases' nodes deleted, as the cancel-safety note promises.
         let finishing = tokio::spawn(async move {
@@ -433,9 +451,72 @@ impl Session {
         self.shared().client.session_id().0
     }
 
-    /// The negotiated session timeout: the lease's time to live.
+    /// The session timeout the lease clock counts with: the lease's time to live.
+    ///
+    /// The servers negotiate it at every connect, not only the first: a server clamps the
+    /// requested value to its own `minSessionTimeout`/`maxSessionTimeout` (by default 2 and
+    /// 20 × its `tickTime`), so a reconnect to a server configured otherwise (a rolling
+    /// config change) can change it. A shorter one applies at once; a longer one is not
+    /// counted on (a new leader restores the timeout the session was created with), so this
+    /// is the shortest the servers granted since the ZooKeeper session was created.
+    /// [`session_timeout_changed`](Self::session_timeout_changed) reports each change.
+    ///
+    /// ```no_run
+    /// # async fn f(session: zkfence::Session) {
+    /// println!("leases live {:?} past the last heartbeat", session.session_timeout());
+    /// # }
+    /// ```
     pub fn session_timeout(&self) -> Duration {
-        self.shared().session_timeout
+        self.shared().session_timeout()
+    }
+
+    /// Waits until the session timeout the lease clock counts with changes (the servers
+    /// granted a shorter one at a reconnect, or a new ZooKeeper session replaced an expired
+    /// one) and returns the new value; `None` once the session has ended for good.
+    ///
+    /// ```no_run
+    /// # async fn f(session: zkfence::Session) {
+    /// while let Some(timeout) = session.session_timeout_changed().await {
+    ///     eprintln!("the servers now grant a {timeout:?} session timeout");
+    /// }
+    /// # }
+    /// ```
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only observes.
+    ///
+    /// # Notable errors
+    /// None: `None` says the session has ended for good.
+    pub async fn session_timeout_changed(&self) -> Option<Duration> {
+        let start = self.session_timeout();
+        let mut sessions = self.inner.current.subscribe();
+        loop {
+            let shared = match &self.bound {
+                Some(shared) => shared.clone(),
+                None => sessions.borrow_and_update().clone(),
+            };
+            let mut clock = shared.clock.clock.subscribe();
+            let now = *clock.borrow_and_update();
+            if now.timeout != start {
+                return Some(now.timeout);
+            }
+            let next_session_may_come = self.bound.is_none() && self.inner.current.reopening();
+            if now.state.is_terminal() && !next_session_may_come {
+                return None;
+            }
+            tokio::select! {
+                changed = clock.changed(), if !now.state.is_terminal() => {
+                    if changed.is_err() {
+                        return None;
+                    }
+                }
+                changed = sessions.changed(), if next_session_may_come => {
+                    if changed.is_err() {
+                        return None;
+                    }
+                }
+            }
+        }
     }
 
     /// The session's state now.
@@ -446,8 +527,10 @@ impl Session {
     /// Until when the lease clock vouches for the session, or `None` if it has lapsed or the
     /// session ended.
     pub fn valid_until(&self) -> Option<Instant> {
-        let c = self.shared().clock.now();
-        (c.holds(c.epoch, Instant::now())).then_some(c.valid_until)
+        let shared = self.shared();
+        let c = shared.clock.now();
+        c.holds(c.epoch, shared.clock.instant())
+            .then(|| shared.clock.boot.to_tokio(c.valid_until))
     }
 
     /// Waits for the next change of [`state`](Self::state) and returns the new state. After
@@ -538,6 +621,8 @@ impl Session {
         }
         // A clock that is not renewed lapses at valid_until: report that too. A lapsed one
         // waits for its next renewal.
+        // (Through a suspend of the machine, the keeper lapses the clock within a keepalive
+        // interval of the wake-up, which wakes this.)
         let lapses = self.valid_until();
         tokio::select! {
             changed = rx.changed() => {
@@ -587,10 +672,12 @@ async fn open(
         connector = connector.with_auth(scheme, secret);
     }
     let secured = security::configure(connector, options)?;
-    let connect_sent = Instant::now();
+    let boot = boot_clock::BootClock::Real;
+    // In the lease clock's time (which counts a suspend); the deadline below is tokio's.
+    let connect_sent = boot.now();
+    let deadline = Instant::now() + connect_timeout;
     // One deadline for every step of connect: the handshake (which gives up at it itself,
     // naming each server's reason) and the chroot check after it.
-    let deadline = connect_sent + connect_timeout;
     let client = match secured.connect(connect, hosts, connect_timeout).await {
         Err(security::Failed::Found(e)) => return Err(e),
         Err(security::Failed::Client(zk::Error::AuthFailed)) => return Err(Error::AuthFailed),
@@ -639,40 +726,14 @@ async fn open(
         }
     };
     let session_timeout = client.session_timeout();
-    // At most T/8: the slack counts twice in the rule (in the report lag and before the
-    // deadline), and beyond that the clock could hardly ever vouch for the session.
-    let slack = options
-        .lease_margin
-        .unwrap_or(session_timeout / 20)
-        .min(session_timeout / 8);
-    // Between a twentieth and a third of the timeout: rarer keepalives would let the clock
-    // lapse between them (see the lease clock's rule).
-    let keepalive_interval = options
-        .keepalive_interval
-        .unwrap_or(session_timeout / 6)
-        .clamp(session_timeout / 20, session_timeout / 3);
-    // A declared tickTime bounds how long a deposed leader answers syncs: 2 ticks (its
-    // once-per-tick quorum check, and a tick for its scheduling, fsync and GC).
-    let deposed_window = options.server_tick_time.map(|tick| tick * 2);
-    if let Some(window) = deposed_window {
-        let vouched = session_timeout.saturating_sub(window + slack);
-        if vouched < keepalive_interval * 2 {
-            return Err(Error::UnsoundSettings {
-                reason: format!(
-                    "the declared server tickTime of {} ms lets a deposed leader answer syncs for \
-                     up to {} ms after a new leader started, which leaves the lease clock {} ms of \
-                     the {} ms session: less than two keepalive intervals ({} ms). Use a session \
-                     timeout of at least {} ms, or do not declare the tickTime (the keepalive is \
-                     then a transaction, sound at any tickTime)",
-                    window.as_millis() / 2,
-                    window.as_millis(),
-                    vouched.as_millis(),
-                    session_timeout.as_millis(),
-                    keepalive_interval.as_millis(),
-                    ((window.as_millis() as f64) / (1.0 - 1.0 / 20.0 - 2.0 / 6.0)).ceil() as u64,
-                ),
-            });
-        }
+    let timing = clock::TimingOptions {
+        margin: options.lease_margin,
+        keepalive_interval: options.keepalive_interval,
+        tick_time: options.server_tick_time,
+        observer_master: options.via_observer_master,
+    };
+    if let Some(reason) = timing.unsound_tick_time(session_timeout) {
+        return Err(Error::UnsoundSettings { reason });
     }
     let acls = options.acls.clone().unwrap_or_else(|| {
         if options.auth.is_empty() && !options.security.authenticates() {
@@ -683,7 +744,6 @@ async fn open(
     });
     let shared = Arc::new(Shared {
         client: client.clone(),
-        session_timeout,
         acls,
         directory_mode: if options.persistent_directories {
             zk::CreateMode::Persistent
@@ -691,13 +751,7 @@ async fn open(
             zk::CreateMode::Container
         },
         // The leader created the session after we sent the connect request.
-        clock: clock::LeaseClock::new(
-            session_timeout,
-            slack,
-            keepalive_interval,
-            deposed_window,
-            connect_sent,
-        ),
+        clock: clock::LeaseClock::new(timing, session_timeout, connect_sent, boot),
         counters,
         metrics_path_labels: options.metrics_path_labels,
         listings: Arc::default(),

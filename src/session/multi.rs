@@ -3,7 +3,6 @@
 //! all of their parts at one zxid or none. Their answers feed the lease clock as
 //! [`ops`](super::ops) classifies them.
 
-use tokio::time::Instant;
 use zookeeper_client as zk;
 
 use crate::error::{Error, Result};
@@ -167,7 +166,7 @@ impl Shared {
                 })
             })?;
         }
-        let sent = Instant::now();
+        let sent = self.clock.instant();
         match writer.commit().await {
             Ok(_) => {
                 self.answered(Answer::Committed, sent);
@@ -212,7 +211,7 @@ impl Shared {
                 .add_create(prefix, data, &options)
                 .map_err(|e| (None, e))?;
         }
-        let sent = Instant::now();
+        let sent = self.clock.instant();
         let results = match writer.commit().await {
             Ok(results) => results,
             Err(zk::MultiWriteError::OperationFailed { index, source }) => {
@@ -321,7 +320,7 @@ impl Shared {
                     return Err(Error::zk("delete", node, e));
                 }
             }
-            let sent = Instant::now();
+            let sent = self.clock.instant();
             match writer.commit().await {
                 Ok(_) => {
                     self.answered(Answer::Committed, sent);

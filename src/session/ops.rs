@@ -18,7 +18,7 @@ use futures::FutureExt;
 use tokio::time::Instant;
 use zookeeper_client as zk;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, LossReason, Result};
 
 use super::clock::Answer;
 use super::listing::{self, QueueListing, Turn};
@@ -235,8 +235,29 @@ where
 }
 
 impl Shared {
+    /// Feeds an answer to the lease clock, after the timeout the servers granted the
+    /// connection it came on (the client library updates that before it hands out any
+    /// answer of the connection).
     pub(super) fn answered(&self, answer: Answer, sent: Instant) {
+        self.follow_granted_timeout();
         self.clock.answered(answer, sent);
+    }
+
+    /// Makes the lease clock count with the timeout the servers granted the latest
+    /// connection, if that changed it; says so to operators.
+    pub(super) fn follow_granted_timeout(&self) {
+        let granted = self.client.session_timeout();
+        if let Some((before, after)) = self.clock.follow_granted(granted) {
+            Counters::bump(&self.counters.timeout_changes);
+            crate::telemetry::session_timeout_changed(after);
+            tracing::warn!(
+                session_id = %self.client.session_id(),
+                before_ms = before.as_millis() as u64,
+                after_ms = after.as_millis() as u64,
+                "the servers granted a shorter session timeout at a reconnect: the lease clock \
+                 counts with it from now on, at once for what it had counted"
+            );
+        }
     }
 
     /// Runs an idempotent read, asking again while its outcome is unknown.
@@ -251,7 +272,7 @@ impl Shared {
         Fut: Future<Output = std::result::Result<T, zk::Error>>,
     {
         loop {
-            let sent = Instant::now();
+            let sent = self.clock.instant();
             match f().await {
                 Ok(v) => {
                     self.answered(Answer::Read, sent);
@@ -342,7 +363,7 @@ impl Shared {
         data: &[u8],
         version: i32,
     ) -> std::result::Result<zk::Stat, zk::Error> {
-        let sent = Instant::now();
+        let sent = self.clock.instant();
         let result = self.client.set_data(path, data, Some(version)).await;
         match &result {
             Ok(_) => self.answered(Answer::Committed, sent),
@@ -414,7 +435,7 @@ impl Shared {
     ) {
         let acls = zk::Acls::new(&self.acls);
         let options = zk::CreateMode::EphemeralSequential.with_acls(acls);
-        let sent = Instant::now();
+        let sent = self.clock.instant();
         let (number, request) = self
             .listings
             .send_in_order(|| self.client.create(prefix, data, &options));
@@ -452,7 +473,7 @@ impl Shared {
     ) -> impl Future<Output = bool> + Send + 'a {
         let acls = zk::Acls::new(&self.acls);
         let options = self.directory_mode.with_acls(acls);
-        let sent = Instant::now();
+        let sent = self.clock.instant();
         let request = self.client.create(dir, &[], &options);
         async move {
             match request.await {
@@ -580,7 +601,7 @@ impl Shared {
         let acls = zk::Acls::new(&self.acls);
         let options = self.directory_mode.with_acls(acls);
         loop {
-            let sent = Instant::now();
+            let sent = self.clock.instant();
             match self.client.mkdir(dir, &options).await {
                 Ok(()) => {
                     self.answered(Answer::Committed, sent);
@@ -608,7 +629,7 @@ impl Shared {
     /// or the session has ended (which removes it too).
     pub(crate) async fn delete_until_gone(&self, node: &str) -> Result<()> {
         loop {
-            let sent = Instant::now();
+            let sent = self.clock.instant();
             match self.client.delete(node, None).await {
                 Ok(()) | Err(zk::Error::NoNode) => {
                     self.answered(Answer::Committed, sent);
@@ -625,7 +646,7 @@ impl Shared {
     /// the lease clock too). A missing `path` is fine: the sync only orders.
     pub(crate) async fn sync(&self, path: &str) -> Result<()> {
         loop {
-            let sent = Instant::now();
+            let sent = self.clock.instant();
             match self.client.sync(path).await {
                 Ok(()) | Err(zk::Error::NoNode) => {
                     self.answered(Answer::Synced, sent);
@@ -644,8 +665,8 @@ impl Shared {
     /// Otherwise a `sync` (a touch, or a bounded proof with the tickTime declared). Returns
     /// whether it was answered.
     pub(crate) async fn keepalive(&self) -> bool {
-        if self.clock.syncs_prove || !self.clock.vouching_matters() {
-            let sent = Instant::now();
+        if self.clock.syncs_prove() || !self.clock.vouching_matters() {
+            let sent = self.clock.instant();
             let ok = self.client.sync("/").await.is_ok();
             if ok {
                 self.answered(Answer::Synced, sent);
@@ -654,17 +675,16 @@ impl Shared {
         }
         Counters::bump(&self.counters.keepalive_transactions);
         // One of our own nodes if we hold one (readable by us whatever the ACLs above it; a
-        // check of one that was deleted is an error transaction, a proof all the same), else
-        // the session's root.
-        let target = self
-            .clock
-            .any_held_node()
-            .unwrap_or_else(|| "/".to_string());
+        // check of one that was deleted is an error transaction, a proof all the same, and
+        // ends that lease), else the session's root. A node nobody watches yet first: the
+        // check is then what tells its holder of a deletion.
+        let held = self.clock.keepalive_target();
+        let target = held.as_ref().map_or("/", |h| h.node.as_str());
         let mut writer = self.client.new_multi_writer();
-        if writer.add_check_version(&target, -1).is_err() {
+        if writer.add_check_version(target, -1).is_err() {
             return false;
         }
-        let sent = Instant::now();
+        let sent = self.clock.instant();
         let source = match writer.commit().await {
             Ok(_) => {
                 self.answered(Answer::Committed, sent);
@@ -673,6 +693,11 @@ impl Shared {
             Err(zk::MultiWriteError::OperationFailed { source, .. }) => source,
             Err(zk::MultiWriteError::RequestFailed { source }) => source,
         };
+        if let (zk::Error::NoNode, Some(held)) = (&source, &held) {
+            // Our node is gone while our session lives: someone deleted it. That lease ends
+            // now, before the proof renews the clock for the session's other leases.
+            held.lose(LossReason::NodeDeleted);
+        }
         match write_error_answer(&source) {
             Some(answer) => {
                 self.answered(answer, sent);
@@ -689,8 +714,8 @@ impl Shared {
     /// with one `check` of `node` at any version (a transaction that changes nothing), or, with
     /// the servers' tickTime declared, a `sync` and an `exists` pipelined.
     async fn confirm_once(&self, node: &str) -> std::result::Result<bool, zk::Error> {
-        let sent = Instant::now();
-        if self.clock.syncs_prove {
+        let sent = self.clock.instant();
+        if self.clock.syncs_prove() {
             let sync = self.client.sync(node);
             let stat = self.client.check_stat(node);
             return match (sync.await, stat.await) {
@@ -731,14 +756,14 @@ impl Shared {
     /// Errors: [`Error::NodeDeleted`] if the node is gone, [`Error::NoAnswer`] if nothing
     /// answered in time, the session's end.
     pub(crate) async fn confirm(&self, node: &str) -> Result<()> {
-        let deadline = Instant::now() + self.session_timeout;
+        let deadline = Instant::now() + self.session_timeout();
         loop {
             match tokio::time::timeout_at(deadline, self.confirm_once(node)).await {
                 Err(_) => {
                     return Err(Error::NoAnswer {
                         operation: "confirm",
                         path: node.to_string(),
-                        waited: self.session_timeout,
+                        waited: self.session_timeout(),
                     })
                 }
                 Ok(Ok(true)) => return Ok(()),

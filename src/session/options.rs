@@ -29,6 +29,7 @@ pub struct SessionOptions {
     pub(super) lease_margin: Option<Duration>,
     pub(super) keepalive_interval: Option<Duration>,
     pub(super) server_tick_time: Option<Duration>,
+    pub(super) via_observer_master: bool,
     pub(super) persistent_directories: bool,
     pub(super) reopen_after_expiry: bool,
     pub(super) reopen_backoff: (Duration, Duration),
@@ -53,6 +54,7 @@ impl std::fmt::Debug for SessionOptions {
             .field("lease_margin", &self.lease_margin)
             .field("keepalive_interval", &self.keepalive_interval)
             .field("server_tick_time", &self.server_tick_time)
+            .field("via_observer_master", &self.via_observer_master)
             .field("persistent_directories", &self.persistent_directories)
             .field("reopen_after_expiry", &self.reopen_after_expiry)
             .field("reopen_backoff", &self.reopen_backoff)
@@ -80,6 +82,7 @@ impl SessionOptions {
             lease_margin: None,
             keepalive_interval: None,
             server_tick_time: None,
+            via_observer_master: false,
             persistent_directories: false,
             reopen_after_expiry: true,
             reopen_backoff: (Duration::from_millis(200), Duration::from_secs(30)),
@@ -120,8 +123,10 @@ impl SessionOptions {
     /// The lease clock's slack: how much earlier than the leader's earliest possible expiry
     /// a lease is declared lost, on top of the rule's own allowance for the followers'
     /// report lag (see [`Session`]'s safety notes). Defaults to a twentieth of the session
-    /// timeout, at most an eighth of it. Larger is safer against a stalled local timer,
-    /// smaller keeps a lease longer when the ensemble goes quiet.
+    /// timeout; kept between 50 ms (or an eighth of the timeout, if that is less) and an
+    /// eighth of it. Larger is safer against a stalled local timer, smaller keeps a lease
+    /// longer when the ensemble goes quiet. The floor stays because at `T = 2 × tickTime`
+    /// the margin is the rule's only allowance for the leader's ping loop running late.
     pub fn lease_margin(mut self, margin: Duration) -> Self {
         self.lease_margin = Some(margin);
         self
@@ -190,6 +195,23 @@ impl SessionOptions {
     /// ```
     pub fn server_tick_time(mut self, tick_time: Duration) -> Self {
         self.server_tick_time = Some(tick_time);
+        self
+    }
+
+    /// Declares that the session's servers may be **observers served through an
+    /// `observerMasterPort`** (ZooKeeper 3.6+): such an observer follows a follower, not the
+    /// leader, so the touches of its clients reach the leader through two ping hops (up to
+    /// about one `tickTime`), not one (`tickTime/2`, which the lease clock's report lag of
+    /// `T/4` covers since `T ≥ 2 × tickTime`). With it, the report lag is `T/2`: the clock
+    /// vouches for less (a holder is told `Lost` about `0.3 T`, not `0.6 T`, after its last
+    /// keepalive) and stays sound. Observers that follow the leader directly (no
+    /// `observerMasterPort`) need nothing. Off by default.
+    ///
+    /// ```
+    /// let options = zkfence::SessionOptions::new().via_observer_master(true);
+    /// ```
+    pub fn via_observer_master(mut self, on: bool) -> Self {
+        self.via_observer_master = on;
         self
     }
 

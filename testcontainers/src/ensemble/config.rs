@@ -7,6 +7,7 @@ use std::io;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::path::Path;
 use std::sync::Mutex;
+use std::time::Duration;
 
 use super::peers::PeerLinks;
 use super::ports::{random_loopback_ip, reserve_ports, reserve_ports_from};
@@ -135,6 +136,55 @@ impl Ensemble {
         drop(secure_clients);
         drop(peers);
         Ok((nodes, links))
+    }
+}
+
+impl Ensemble {
+    /// Sets node `i`'s `minSessionTimeout` and `maxSessionTimeout` for its next
+    /// [`start`](Self::start) or [`restart`](Self::restart), as an operator changes one server's
+    /// config in a rolling restart. Each connection to it then negotiates a session timeout
+    /// within these bounds, also a session's reconnection: ZooKeeper clamps the requested
+    /// value at every connect and revalidates the session at the leader with it.
+    ///
+    /// ```no_run
+    /// # async fn example() -> Result<(), zkfence_testcontainers::HarnessError> {
+    /// use std::time::Duration;
+    /// let zk = zkfence_testcontainers::Ensemble::builder().nodes(3).start().await?;
+    /// zk.set_session_timeout_bounds(1, Duration::from_millis(400), Duration::from_secs(4))?;
+    /// zk.restart(1).await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Notable errors
+    /// [`HarnessError::Io`] if the node's config cannot be read or written, and
+    /// [`HarnessError::InvalidConfig`] if `min` is longer than `max`.
+    pub fn set_session_timeout_bounds(
+        &self,
+        i: usize,
+        min: Duration,
+        max: Duration,
+    ) -> Result<(), HarnessError> {
+        if min > max {
+            return Err(HarnessError::InvalidConfig(format!(
+                "minSessionTimeout {min:?} is longer than maxSessionTimeout {max:?}"
+            )));
+        }
+        let path = &self.nodes[i].config;
+        let text = fs::read_to_string(path)?;
+        let text: String = text
+            .lines()
+            .map(|line| {
+                if line.starts_with("minSessionTimeout=") {
+                    format!("minSessionTimeout={}\n", min.as_millis())
+                } else if line.starts_with("maxSessionTimeout=") {
+                    format!("maxSessionTimeout={}\n", max.as_millis())
+                } else {
+                    format!("{line}\n")
+                }
+            })
+            .collect();
+        fs::write(path, text)?;
+        Ok(())
     }
 }
 

@@ -76,6 +76,9 @@ pub struct ConnectionInfo {
     /// The last operation the server processed for the client (`lop`: `CREA`, `GETC`,
     /// `MULT`, `PING`, ...), if it has processed one.
     pub last_operation: Option<String>,
+    /// The session timeout this server negotiated with the client (`to`), if the connection
+    /// has established a session: it can differ between servers, and change at a reconnect.
+    pub session_timeout: Option<Duration>,
 }
 
 /// Parses `cons` output lines such as
@@ -96,12 +99,14 @@ fn parse_cons_line(line: &str) -> Option<ConnectionInfo> {
         received: 0,
         sent: 0,
         last_operation: None,
+        session_timeout: None,
     };
     for kv in fields.split(',') {
         match kv.split_once('=') {
             Some(("recved", v)) => info.received = v.parse().unwrap_or(0),
             Some(("sent", v)) => info.sent = v.parse().unwrap_or(0),
             Some(("lop", v)) if v != "NA" => info.last_operation = Some(v.to_string()),
+            Some(("to", v)) => info.session_timeout = v.parse().ok().map(Duration::from_millis),
             Some(("sid", v)) => {
                 let hex = v.trim_start_matches("0x");
                 info.session_id = u64::from_str_radix(hex, 16).ok().map(|u| u as i64);
