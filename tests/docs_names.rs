@@ -66,6 +66,26 @@ fn code_spans(markdown: &str) -> Vec<(usize, String)> {
     spans
 }
 
+/// Bare calls the docs may name that are not zkfence's (std's, tokio's): add one here when a
+/// page names another crate's method as `name()`.
+const NOT_OURS: &[&str] = &[
+    "unwrap",
+    "expect",
+    "clone",
+    "drop",
+    "into",
+    "len",
+    "is_empty",
+    "spawn",
+    "select",
+    "sleep",
+    "timeout",
+    "now",
+    "elapsed",
+    "main",
+    "fetch_max",
+];
+
 fn is_ident(s: &str) -> bool {
     !s.is_empty()
         && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
@@ -135,6 +155,7 @@ fn every_item_the_docs_name_exists() {
                 }
                 // A method, or a public field (`OwnerInfo::proclaimed`).
                 Some(_) => has_fn(&name) || src.contains(&format!("pub {name}:")),
+                None if NOT_OURS.contains(&name.as_str()) => continue,
                 None => has_fn(&name),
             };
             checked += 1;
@@ -146,7 +167,8 @@ fn every_item_the_docs_name_exists() {
     assert!(checked > 20, "the spans were found ({checked} checked)");
     assert!(
         missing.is_empty(),
-        "the docs name items zkfence does not have:\n{}",
+        "the docs name items zkfence does not have (another crate's bare `name()` goes in \
+         NOT_OURS):\n{}",
         missing.join("\n")
     );
 }
