@@ -236,8 +236,13 @@ pub fn validate_connect_string(connect: &str) -> Result<()> {
     node::split_connect_string(connect).map(drop)
 }
 
-/// Re-export of the underlying client crate, for [`Session::client`] and ACL types.
+/// Re-export of the underlying client crate, for [`Session::client`] and ACL types, and to
+/// match the client's error inside [`Error::FencedWriteFailed`] and [`Error::ZooKeeper`].
 pub use zookeeper_client;
+
+/// Re-export of the `async-trait` crate's attribute: implement [`LeaderTask`] under
+/// `#[zkfence::async_trait]`, with no dependency of your own.
+pub use async_trait::async_trait;
 
 // The README's Rust blocks are doctests: every item they name must exist, and they must
 // compile as shown. Its TLS, SASL and metrics examples need those features, which `cargo

@@ -11,7 +11,9 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 use zkfence::NodeFormat;
 
-use crate::{chaos, duration, elect, exit, partition_status};
+#[cfg(feature = "harness")]
+use crate::chaos;
+use crate::{duration, elect, exit, partition_status};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -60,7 +62,7 @@ pub(crate) struct ConnectArgs {
     /// The session timeout to ask for: a crashed holder's lock frees about this long after it
     /// dies. The servers clamp it to their bounds (minSessionTimeout..maxSessionTimeout, 2 to
     /// 20 tickTimes unless configured); zkfence says so on stderr when they grant another,
-    /// and `status --json` shows the granted one. Below 100ms is refused (exit 2). E.g. "10s",
+    /// and `status --json` shows the granted one. Below 400ms is refused (exit 2). E.g. "10s",
     /// "500ms", "1m"; a bare number is seconds. [default: 10s]
     #[arg(long, value_parser = duration::parse, value_name = "DUR")]
     pub(crate) session_timeout: Option<Duration>,
@@ -408,6 +410,7 @@ pub(crate) enum Command {
     },
 
     /// Throwaway local ZooKeeper ensembles, for trying zkfence out.
+    #[cfg(feature = "harness")]
     #[command(subcommand)]
     Ensemble(EnsembleCommand),
 
@@ -432,8 +435,9 @@ pub(crate) enum Command {
     ///
     ///          zkfence man exec > /usr/local/share/man/man1/zkfence-exec.1
     Man {
-        /// A subcommand, e.g. exec.
-        subcommand: Option<String>,
+        /// A subcommand, e.g. exec (or `ensemble up`, for zkfence-ensemble-up(1)).
+        #[arg(value_name = "SUBCOMMAND")]
+        subcommand: Vec<String>,
     },
 
     /// Start a 3-node ensemble and play every promise of zkfence against it, as a timeline.
@@ -442,6 +446,7 @@ pub(crate) enum Command {
     /// write, a crashed holder's lock freed after the session timeout, the ZooKeeper leader
     /// killed while locks are held, and leader-election failover. Exits 0 only if every step
     /// behaved as promised.
+    #[cfg(feature = "harness")]
     Demo,
 
     /// Run a randomized fault campaign against a throwaway local ensemble and check its
@@ -458,10 +463,12 @@ pub(crate) enum Command {
     /// if the checker found a violation (each is printed with the events around it).
     ///
     /// Example: zkfence chaos --duration 10m --session-timeout 10s --tick-time 2s --seed 7
+    #[cfg(feature = "harness")]
     #[command(after_long_help = exit::HELP)]
     Chaos(chaos::Args),
 }
 
+#[cfg(feature = "harness")]
 #[derive(Subcommand, Debug)]
 pub(crate) enum EnsembleCommand {
     /// Start an ensemble, print its connect string (the first line of stdout), and run until
@@ -577,5 +584,138 @@ pub(crate) fn json_of(subcommand: &str) -> Option<[&'static str; 2]> {
         "status" => Some([STATUS_JSON, JSON_CONTENDER]),
         "leader" => Some([LEADER_JSON, JSON_CONTENDER]),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    /// A guide page or the README, read from the repository.
+    fn doc(path: &str) -> String {
+        let at = format!("{}/../{path}", env!("CARGO_MANIFEST_DIR"));
+        std::fs::read_to_string(&at).unwrap_or_else(|e| panic!("read {at}: {e}"))
+    }
+
+    /// The words of a shell command line as the shell would pass them (quotes and escapes
+    /// removed, `$(...)` kept as text), up to a comment, a redirection or a pipe.
+    fn shell_words(line: &str) -> Vec<String> {
+        let mut words = Vec::new();
+        let mut word = String::new();
+        let mut in_word = false;
+        let mut chars = line.chars().peekable();
+        let mut quote: Option<char> = None;
+        while let Some(c) = chars.next() {
+            match (quote, c) {
+                (Some(q), c) if c == q => quote = None,
+                (Some(_), c) => word.push(c),
+                (None, '\'' | '"') => {
+                    quote = Some(c);
+                    in_word = true;
+                }
+                (None, '\\') => {
+                    if let Some(next) = chars.next() {
+                        word.push(next);
+                        in_word = true;
+                    }
+                }
+                (None, '#' | '>' | '|' | ';') if !in_word => break,
+                (None, c) if c.is_whitespace() => {
+                    if in_word {
+                        words.push(std::mem::take(&mut word));
+                        in_word = false;
+                    }
+                }
+                (None, c) => {
+                    word.push(c);
+                    in_word = true;
+                }
+            }
+        }
+        if in_word {
+            words.push(word);
+        }
+        words
+    }
+
+    /// Every `zkfence ...` command in the `sh` blocks of `markdown` (continued lines
+    /// joined, leading `VAR=value` assignments dropped).
+    fn examples(markdown: &str) -> Vec<Vec<String>> {
+        let mut out = Vec::new();
+        let mut in_sh = false;
+        let mut pending = String::new();
+        for line in markdown.lines() {
+            let trimmed = line.trim();
+            if trimmed.starts_with("```") {
+                in_sh = trimmed == "```sh";
+                continue;
+            }
+            if !in_sh {
+                continue;
+            }
+            if let Some(head) = line.strip_suffix('\\') {
+                pending.push_str(head);
+                continue;
+            }
+            let full = std::mem::take(&mut pending) + line;
+            let words: Vec<String> = shell_words(&full)
+                .into_iter()
+                .skip_while(|w| w.contains('=') && !w.starts_with('-'))
+                .collect();
+            if words.first().is_some_and(|w| w == "zkfence") {
+                out.push(words);
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn every_example_in_the_guide_and_the_readme_parses() {
+        let mut parsed = 0;
+        for path in ["docs/guide/cli.md", "README.md"] {
+            for words in examples(&doc(path)) {
+                if let Err(e) = Cli::try_parse_from(&words) {
+                    panic!("{path}: {words:?} does not parse:\n{e}");
+                }
+                parsed += 1;
+            }
+        }
+        assert!(parsed > 30, "{parsed} examples found");
+    }
+
+    #[test]
+    fn the_guide_shows_the_help_texts_word_for_word() {
+        let guide = doc("docs/guide/cli.md");
+        assert!(
+            guide.contains(exit::HELP),
+            "the exit codes differ from --help's"
+        );
+        for document in [STATUS_JSON, LEADER_JSON] {
+            assert!(
+                guide.contains(document),
+                "differs from --help's:\n{document}"
+            );
+        }
+        let contender = JSON_CONTENDER.split_once("\n\n").unwrap().1;
+        assert!(
+            guide.contains(contender),
+            "the CONTENDER differs from --help's"
+        );
+    }
+
+    #[test]
+    fn the_example_reader_reads_as_a_shell_would() {
+        assert_eq!(
+            shell_words(r#"zkfence elect --id "$(hostname)" /e ./s  # comment"#),
+            ["zkfence", "elect", "--id", "$(hostname)", "/e", "./s"]
+        );
+        assert_eq!(
+            shell_words("zkfence exec /l -- sh -c 'echo a; b' > out"),
+            ["zkfence", "exec", "/l", "--", "sh", "-c", "echo a; b"]
+        );
+        // A wrong flag is caught.
+        assert!(Cli::try_parse_from(["zkfence", "exec", "--no-such-flag", "/l", "x"]).is_err());
     }
 }

@@ -415,8 +415,7 @@ fn describe(path: &str, found: &Found, kind: Kind) -> String {
 
 /// The value a leader proclaimed, as text.
 fn proclaimed(c: &Contender) -> Option<String> {
-    let value = c.owner.proclaimed.as_deref()?;
-    Some(String::from_utf8_lossy(value).into_owned())
+    c.owner.proclaimed_text().map(|text| text.into_owned())
 }
 
 fn names<C: std::borrow::Borrow<Contender>>(contenders: &[C]) -> String {

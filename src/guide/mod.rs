@@ -5,3 +5,5 @@
 
 #[doc = include_str!("../../docs/guide/partitions.md")]
 pub mod partitions {}
+#[doc = include_str!("../../docs/guide/cli.md")]
+pub mod cli {}
