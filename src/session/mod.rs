@@ -112,6 +112,10 @@ pub struct SessionMetrics {
     /// Reconnections at which the servers granted a shorter session timeout, which the
     /// lease clock counts with from then on ([`Session::session_timeout`]).
     pub timeout_changes: u64,
+    /// Watches set on a held lease's own node (one `exists`, once per lease held longer than
+    /// a keepalive interval that was granted without one), so that its deletion by someone
+    /// else reaches it.
+    pub lease_watches: u64,
 }
 
 #[derive(Default)]
@@ -128,6 +132,7 @@ pub(crate) struct Counters {
     pub(crate) expiries: AtomicU64,
     pub(crate) reopen_attempts: AtomicU64,
     pub(crate) timeout_changes: AtomicU64,
+    pub(crate) lease_watches: AtomicU64,
 }
 
 impl Counters {
@@ -170,6 +175,7 @@ impl Shared {
             expiries: get(&c.expiries),
             reopen_attempts: get(&c.reopen_attempts),
             timeout_changes: get(&c.timeout_changes),
+            lease_watches: get(&c.lease_watches),
         }
     }
 
