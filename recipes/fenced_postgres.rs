@@ -1,16 +1,19 @@
 //! Fencing where the data lives: a real PostgreSQL refuses a stale lock holder's write.
 //!
 //! The lock service only issues fencing tokens; the database must refuse a write that carries
-//! an older token than one it has already accepted. Here the fence is a row per protected
-//! resource (keyed by the lock path), checked and raised in the *same transaction* as the
-//! write it protects:
+//! an older token than one it has already accepted. Here the fence is the `zkfence-fences`
+//! crate's PostgreSQL fence ([`PgFence`], feature `postgres`): a row per protected resource
+//! (keyed by the lock path) in the table `fence`, checked and raised in the *same
+//! transaction* as the write it protects. The orchestrator creates the account's fence row
+//! once, as a resource's owner does; each writer then only says resource, token and the
+//! write:
 //!
-//! ```sql
-//! INSERT INTO fence (resource, token) VALUES ($1, $2)
-//!   ON CONFLICT (resource) DO UPDATE SET token = EXCLUDED.token
-//!   WHERE fence.token <= EXCLUDED.token
-//! RETURNING token;        -- no row back: a newer holder has written, roll back
+//! ```text
+//! PgFence::with_table("fence")?.write(&mut db, lock, token, &[the account's UPDATE, the log's INSERT])
+//!   -> Written(rows) | Refused(StaleToken { token, newest })
 //! ```
+//!
+//! (Before the fences crate this recipe ran its own upsert, `INSERT INTO fence (resource, token) VALUES ($1, $2) ON CONFLICT (resource) DO UPDATE SET token = EXCLUDED.token WHERE fence.token <= EXCLUDED.token RETURNING token` and, when refused, `SELECT token FROM fence WHERE resource = $1`; the chaos campaign's `--postgres` still runs that copy, and checks it against this text, until it writes through the fences crate's sink.)
 //!
 //! The failure case of the design notes, played for real with two processes:
 //!
@@ -41,6 +44,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdout, Command};
 use tokio_postgres::{Client, NoTls};
 use zkfence::{FencingToken, Lease, LeaseState, Session, SessionOptions};
+use zkfence_fences::postgres::PgFence;
 use zkfence_testcontainers::Postgres;
 
 /// The tables: the fence (newest accepted token per protected resource), the protected data,
@@ -121,8 +125,14 @@ fn with_causes(e: &dyn Error) -> String {
     text
 }
 
+/// The fence: the `zkfence-fences` PostgreSQL fence in this recipe's table `fence`.
+fn fence() -> PgFence {
+    PgFence::with_table("fence").expect("a valid table name")
+}
+
 /// Writes `balance` to `account` through the fence of `resource`, in one transaction: the
-/// fence check, the fence raise and the write commit together or not at all.
+/// fence check, the fence raise and the write commit together or not at all. The library
+/// locks the fence row until the commit, so a concurrent writer waits and then sees our token.
 async fn write_through_fence(
     db: &mut Client,
     resource: &str,
@@ -130,45 +140,35 @@ async fn write_through_fence(
     writer: &str,
     balance: i64,
     token: FencingToken,
-) -> Result<Outcome, tokio_postgres::Error> {
+) -> Result<Outcome, zkfence_fences::Error> {
     // Tokens are czxids, below 2^63: they fit a bigint.
-    let token = i64::try_from(token.get()).expect("fencing tokens are below 2^63");
-    let tx = db.transaction().await?;
-    // `<=`, not `<`: the same holder writes more than once with the same token. The upsert
-    // locks the fence row until commit, so a concurrent writer waits here and then sees our
-    // token: a check and a write cannot interleave with another holder's.
-    let admitted = tx
-        .query_opt(
-            "INSERT INTO fence (resource, token) VALUES ($1, $2) \
-             ON CONFLICT (resource) DO UPDATE SET token = EXCLUDED.token \
-             WHERE fence.token <= EXCLUDED.token \
-             RETURNING token",
-            &[&resource, &token],
-        )
-        .await?;
-    if admitted.is_none() {
-        let newest: i64 = tx
-            .query_one("SELECT token FROM fence WHERE resource = $1", &[&resource])
-            .await?
-            .get(0);
-        tx.rollback().await?;
-        return Ok(Outcome::Stale { newest });
-    }
-    tx.execute(
-        "INSERT INTO account (id, balance, written_by, fence_token) VALUES ($1, $2, $3, $4) \
+    let t = i64::try_from(token.get()).expect("fencing tokens are below 2^63");
+    let outcome = fence()
+        .write(
+            db,
+            resource,
+            token,
+            &[
+                (
+                    "INSERT INTO account (id, balance, written_by, fence_token) VALUES ($1, $2, $3, $4) \
          ON CONFLICT (id) DO UPDATE SET balance = EXCLUDED.balance, \
          written_by = EXCLUDED.written_by, fence_token = EXCLUDED.fence_token",
-        &[&account, &balance, &writer, &token],
-    )
-    .await?;
-    tx.execute(
-        "INSERT INTO account_writes (account, written_by, balance, fence_token) \
+                    &[&account, &balance, &writer, &t],
+                ),
+                (
+                    "INSERT INTO account_writes (account, written_by, balance, fence_token) \
          VALUES ($1, $2, $3, $4)",
-        &[&account, &writer, &balance, &token],
-    )
-    .await?;
-    tx.commit().await?;
-    Ok(Outcome::Written)
+                    &[&account, &writer, &balance, &t],
+                ),
+            ],
+        )
+        .await?;
+    Ok(match outcome {
+        zkfence_fences::Outcome::Written(_) => Outcome::Written,
+        zkfence_fences::Outcome::Refused(stale) => Outcome::Stale {
+            newest: stale.newest.get() as i64,
+        },
+    })
 }
 
 #[tokio::main]
@@ -299,6 +299,8 @@ async fn orchestrate() -> Res<ExitCode> {
         format!("acct-{}", &id[..12])
     });
     let lock = lock_path(&account);
+    // The resource's owner creates its fence once; writers only write through it.
+    fence().create(&db, &lock).await?;
     println!("account {account}, lock {lock}");
 
     let mut a = spawn_writer("a", &connect, &url, &account)?;

@@ -49,6 +49,8 @@
 //! - [`Lock`] ([`Session::lock`], [`Session::read_lock`], [`Session::write_lock`]),
 //!   [`Semaphore`], [`MultiLock`] (several locks in one transaction, deadlock-free) and
 //!   [`Election`] ([`Election::run`] leads for months): all views over one fair queue.
+//! - [`Partitions`] ([`Session::partitions`]): many workers share many items, each owned by
+//!   one worker at a time, as a fenced lock, rebalanced without stopping the world.
 //! - [`Lease`]: the guard every recipe returns, with its [`FencingToken`], its
 //!   [`LeaseState`] (`Held`, `Suspended`, `Lost`) and [`Lease::fenced_write`].
 //! - [`Fence`]: what a resource embeds to refuse stale tokens.
@@ -77,18 +79,19 @@
 //!   the token, the lease clock, what `Suspended` and `Lost` mean for your code);
 //! - a page per recipe: [locks](guide::lock), [read/write locks](guide::read_write_lock),
 //!   [semaphores](guide::semaphore), [multi-locks](guide::multi_lock),
-//!   [leader election](guide::election), [revocation](guide::revocation);
+//!   [leader election](guide::election), [revocation](guide::revocation),
+//!   [partitioned ownership](guide::partitions);
 //! - running it: [production](guide::production) (session timeout, systemd and cron,
 //!   metrics and alerts), [security](guide::security),
-//!   [troubleshooting](guide::troubleshooting) (every error and exit code), and the CLI's
-//!   [`--help` texts](guide::cli_reference);
+//!   [troubleshooting](guide::troubleshooting) (every error and exit code), and
+//!   [the `zkfence` command](guide::cli) with [every `--help`](guide::cli_reference);
 //! - why to believe it: [the safety model](guide::safety) in full, and the
 //!   [benchmarks](guide::benchmarks);
 //! - for contributors: [the architecture](guide::architecture).
 //!
 //! Fencing in PostgreSQL, MySQL/MariaDB, Redis, etcd and an HTTP service is the
-//! `zkfence-fences` crate's; the `zkfence` command (`exec`, `elect`, `status`, ...) is the
-//! `zkfence-cli` crate's.
+//! `zkfence-fences` crate's (its guide page: `docs/guide/fencing.md`); the `zkfence` command
+//! (`exec`, `elect`, `status`, ...) is the `zkfence-cli` crate's.
 
 #![warn(missing_docs)]
 // docs.rs (`--cfg docsrs`, nightly) marks each item a crate feature gates with that feature.
@@ -111,6 +114,7 @@ mod lease;
 mod election;
 mod lock;
 mod multi_lock;
+mod partition;
 mod semaphore;
 
 mod fence;
@@ -127,6 +131,10 @@ pub use lease::{Lease, LeaseState};
 pub use lock::Lock;
 pub use multi_lock::{MultiLease, MultiLock, MAX_MULTI_LOCK_PATHS};
 pub use node::{NodeFormat, OwnerInfo};
+pub use partition::{
+    Assignment, Item, ItemStatus, Items, Member, OwnershipChange, PartitionStatus, Partitions,
+    PartyMember, DEFAULT_RELEASE_WITHIN, DEFAULT_SETTLE, MAX_PARTITION_ITEMS,
+};
 pub use queue::Contender;
 pub use semaphore::Semaphore;
 pub use session::{FencedOp, Session, SessionMetrics, SessionOptions, SessionState};
@@ -183,8 +191,13 @@ pub fn validate_connect_string(connect: &str) -> Result<()> {
     node::split_connect_string(connect).map(drop)
 }
 
-/// Re-export of the underlying client crate, for [`Session::client`] and ACL types.
+/// Re-export of the underlying client crate, for [`Session::client`] and ACL types, and to
+/// match the client's error inside [`Error::FencedWriteFailed`] and [`Error::ZooKeeper`].
 pub use zookeeper_client;
+
+/// Re-export of the `async-trait` crate's attribute: implement [`LeaderTask`] under
+/// `#[zkfence::async_trait]`, with no dependency of your own.
+pub use async_trait::async_trait;
 
 // The README's Rust blocks are doctests: every item they name must exist, and they must
 // compile as shown. Its TLS, SASL and metrics examples need those features, which `cargo
@@ -205,13 +218,22 @@ mod tests {
         send_sync::<crate::Election>();
         send_sync::<crate::Leadership>();
         send_sync::<crate::Fence>();
+        send_sync::<crate::Partitions>();
+        send_sync::<crate::Member>();
+        send_sync::<crate::OwnershipChange>();
+        send_sync::<crate::PartitionStatus>();
         #[allow(unreachable_code, clippy::diverging_sub_expression)]
         fn futures_are_send(
             lock: &crate::Lock,
             lease: crate::Lease,
             election: &crate::Election,
             leadership: &crate::Leadership,
+            partitions: &crate::Partitions,
+            member: &mut crate::Member,
         ) {
+            send(&partitions.join("x"));
+            send(&partitions.status());
+            send(&member.next());
             send(&lock.acquire());
             send(&lock.try_acquire());
             send(&lock.acquire_timeout(std::time::Duration::ZERO));

@@ -4,7 +4,7 @@
 //!
 //! A page links into the API with intra-doc links (`[Lease](crate::Lease)`, checked by
 //! `cargo doc -D warnings`) and to another page as `crate::guide::<topic>`; to a page of
-//! another crate, or one not merged yet, by its address. Items a crate feature gates (TLS,
+//! another crate by its address. Items a crate feature gates (TLS,
 //! SASL) are named in backticks only, so the links resolve whatever the features; the names
 //! are checked by `tests/docs_names.rs`. The index's map gives the reading order (rustdoc
 //! lists the modules alphabetically).
@@ -37,6 +37,12 @@ pub mod election {}
 
 #[doc = include_str!("../../docs/guide/revocation.md")]
 pub mod revocation {}
+
+#[doc = include_str!("../../docs/guide/partitions.md")]
+pub mod partitions {}
+
+#[doc = include_str!("../../docs/guide/cli.md")]
+pub mod cli {}
 
 #[doc = include_str!("../../docs/guide/cli_reference.md")]
 pub mod cli_reference {}

@@ -59,6 +59,20 @@
 //! the keepalive before last and a holder is told `Lost` about `0.6 T` after its last answered
 //! keepalive was sent; the leader cannot expire the session before about `0.8 T` after it.
 //!
+//! **`T` is the timeout the servers granted**, and they negotiate it at every connect: a
+//! server clamps the requested value to its own bounds and revalidates the session at the
+//! leader with it, which moves the session's expiry to the new bucket. The clock counts with
+//! the shortest timeout granted since the session was created ([`Timing::timeout`]; the
+//! keeper, and every answer, follow the client's value): a shorter one applies at once, to
+//! what was counted too, cutting `valid_until` back to (the last answer on the old
+//! connection + the new `T` − slack) ([`Evidence::granted`]); a longer one never applies (a
+//! new leader restores the creation timeout from its database). The report lag follows the
+//! timeout the current server granted.
+//!
+//! **Time is boot time** ([`BootClock`]): tokio's clock stops while the machine is
+//! suspended, the servers' do not, so every instant here includes the time suspended, and
+//! a suspend past `valid_until` lapses the clock when the machine wakes.
+//!
 //! When `valid_until` passes without a renewal the clock **lapses**: every lease granted
 //! before is lost, and their nodes are deleted as soon as the ensemble answers again (the
 //! session may have survived). A later renewal starts a new *epoch*; leases of an older epoch

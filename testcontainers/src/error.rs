@@ -3,7 +3,8 @@
 use std::time::Duration;
 
 /// Everything that can go wrong while setting up or driving an [`Ensemble`](crate::Ensemble)
-/// or a [`Postgres`](crate::Postgres).
+/// or a store server ([`Postgres`](crate::Postgres), [`Redis`](crate::Redis),
+/// [`Etcd`](crate::Etcd), [`MariaDb`](crate::MariaDb)).
 ///
 /// Errors about a node that failed to come up carry the tail of that node's log, so a
 /// failing test shows why the server did not start.
@@ -50,6 +51,31 @@ pub enum HarnessError {
         /// What failed, and why if known.
         what: String,
         /// The last lines of the server's (or initdb's) log.
+        log_tail: String,
+    },
+
+    /// A store server's binary (Redis, etcd, MariaDB) or the user it runs as was not found.
+    #[error(
+        "no {server} server found (looked at: {searched}); install it with \
+         `apt-get install -y {package}`"
+    )]
+    ServerNotFound {
+        /// The server: "Redis", "etcd", "MariaDB".
+        server: &'static str,
+        /// The Debian package that brings it.
+        package: &'static str,
+        /// The places that were looked at, for the message.
+        searched: String,
+    },
+
+    /// A step of a store server (preparing its data, starting, serving) failed.
+    #[error("{server}: {what}; last log lines:\n{log_tail}")]
+    Server {
+        /// The server: "Redis", "etcd", "MariaDB".
+        server: &'static str,
+        /// What failed, and why if known.
+        what: String,
+        /// The last lines of the server's log.
         log_tail: String,
     },
 

@@ -20,7 +20,9 @@
 //!
 //! [`Postgres`] starts a throwaway PostgreSQL server the same way (Debian's `postgresql`
 //! binaries, a cluster in a temporary directory, a free loopback port, the same cleanup
-//! guarantees), for tests of fencing where the data lives.
+//! guarantees), for tests of fencing where the data lives; so do [`MariaDb`] (Debian's
+//! `mariadb-server`), [`Redis`] (`redis-server`) and [`Etcd`] (`etcd-server`), each one
+//! server process in a temporary directory on a free loopback port.
 //!
 //! # Faults
 //!
@@ -68,7 +70,9 @@
 //!
 //! PostgreSQL, for [`Postgres`] only: `apt-get install -y postgresql` (any major version,
 //! found under `/usr/lib/postgresql/*/bin`), or `PG_BINDIR` pointing at its binaries. As
-//! root, the server runs as the `postgres` user the package creates.
+//! root, the server runs as the `postgres` user the package creates. [`MariaDb`], [`Redis`] and
+//! [`Etcd`]: `apt-get install -y mariadb-server redis-server etcd-server` (as root, MariaDB
+//! runs as the package's `mysql` user).
 //!
 //! # Isolation and hygiene
 //!
@@ -123,6 +127,8 @@ mod hygiene;
 mod locate;
 mod postgres;
 mod proxy;
+mod server;
+mod stores;
 
 pub use ensemble::{
     ClientAuth, ClientIdentity, ConnectionInfo, Ensemble, EnsembleBuilder, TlsMaterial,
@@ -130,3 +136,4 @@ pub use ensemble::{
 pub use error::HarnessError;
 pub use postgres::{Postgres, PostgresBuilder};
 pub use proxy::FaultProxy;
+pub use stores::{Etcd, MariaDb, Redis};
