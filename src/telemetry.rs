@@ -1,6 +1,6 @@
 //! Operator metrics through the `metrics` facade: the library emits, the application installs
 //! a recorder (an exporter) of its choice. The names and labels are documented in one table,
-//! in the crate docs' *Metrics* section.
+//! in the guide's production page (`docs/guide/production.md`, *Metrics and alerts*).
 //!
 //! Behind the default-off `metrics` feature. Without it every function here has an empty
 //! body and every type is zero-sized, so library users who do not want metrics pay nothing:

@@ -5,7 +5,8 @@
 //! An inline code span `Type::method()`, `Type::field` or `Type::Variant` whose `Type` is one
 //! of zkfence's public types must name a function, field or variant of the crate, and a bare
 //! `method()` must name a function of it. Other spans (flags, Java, shell) are left
-//! alone. No server needed: this reads files.
+//! alone. And the troubleshooting page has a row for every `Error` variant and every CLI exit
+//! code. No server needed: this reads files.
 
 use std::path::{Path, PathBuf};
 
@@ -219,4 +220,49 @@ fn every_cargo_install_is_locked_and_no_manifest_names_a_placeholder() {
             "{manifest} names a placeholder address"
         );
     }
+}
+
+#[test]
+fn troubleshooting_covers_every_error_and_exit_code() {
+    // Every variant of `Error` (src/error.rs) has its row on the page...
+    let page = std::fs::read_to_string(root().join("docs/guide/troubleshooting.md")).unwrap();
+    let errors = std::fs::read_to_string(root().join("src/error.rs")).unwrap();
+    let body = errors
+        .split_once("pub enum Error {")
+        .and_then(|(_, rest)| rest.split_once("\n}\n"))
+        .expect("src/error.rs defines `pub enum Error`")
+        .0;
+    let variants: Vec<&str> = body
+        .lines()
+        .filter_map(|l| l.strip_prefix("    "))
+        .filter(|l| l.starts_with(|c: char| c.is_ascii_uppercase()))
+        .map(|l| l.split([' ', ',', '(']).next().unwrap())
+        .collect();
+    assert!(variants.len() > 15, "{} variants found", variants.len());
+    let missing: Vec<_> = variants
+        .iter()
+        .filter(|v| !page.contains(&format!("| `Error::{v}` |")))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "docs/guide/troubleshooting.md has no row for {missing:?}"
+    );
+    // ...and so does every exit code of the CLI (cli/src/exit.rs), and a signal's 128+N.
+    let exit = std::fs::read_to_string(root().join("cli/src/exit.rs")).unwrap();
+    let codes: Vec<&str> = exit
+        .lines()
+        .filter_map(|l| l.strip_prefix("pub const "))
+        .filter_map(|l| l.split_once(": u8 = "))
+        .map(|(_, code)| code.trim_end_matches(';'))
+        .collect();
+    assert!(codes.len() > 10, "{} exit codes found", codes.len());
+    let missing: Vec<_> = codes
+        .iter()
+        .chain(["128+N"].iter())
+        .filter(|code| !page.contains(&format!("\n| {code} |")))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "docs/guide/troubleshooting.md has no row for exit code(s) {missing:?}"
+    );
 }

@@ -673,8 +673,20 @@ mod tests {
 
     #[test]
     fn every_example_in_the_guide_and_the_readme_parses() {
+        // Every page of the guide, not only the CLI's: the recipes', production's (systemd
+        // and cron) and security's pages show commands too.
+        let guide = format!("{}/../docs/guide", env!("CARGO_MANIFEST_DIR"));
+        let mut paths: Vec<String> = std::fs::read_dir(&guide)
+            .unwrap_or_else(|e| panic!("read {guide}: {e}"))
+            .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|name| name.ends_with(".md"))
+            .map(|name| format!("docs/guide/{name}"))
+            .collect();
+        paths.sort();
+        assert!(paths.len() > 10, "{} guide pages found", paths.len());
+        paths.push("README.md".into());
         let mut parsed = 0;
-        for path in ["docs/guide/cli.md", "README.md"] {
+        for path in &paths {
             for words in examples(&doc(path)) {
                 if let Err(e) = Cli::try_parse_from(&words) {
                     panic!("{path}: {words:?} does not parse:\n{e}");
@@ -682,7 +694,7 @@ mod tests {
                 parsed += 1;
             }
         }
-        assert!(parsed > 30, "{parsed} examples found");
+        assert!(parsed > 60, "{parsed} examples found");
     }
 
     #[test]

@@ -237,7 +237,7 @@ impl Drop for Inner {
 ///   renew it (see [`SessionOptions::server_tick_time`] for syncs). Without other traffic a
 ///   keepalive every `T/6` (a transaction that changes nothing, while a lease is held or an
 ///   acquire waits) keeps it running, and a holder is told `Lost` about `0.6 T` after the
-///   last answered one (the crate docs' safety model).
+///   last answered one ([the safety model](crate::guide::safety)).
 /// - A short disconnection that ends while the clock vouches costs nothing: leases stay, or
 ///   return from `Suspended` to, `Held`.
 /// - **It outlives an expiry.** When the ensemble expires the ZooKeeper session (or the
