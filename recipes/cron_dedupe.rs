@@ -5,9 +5,9 @@
 //! gets it runs the job; the others see it taken and skip. The winner keeps the lock until
 //! the minute is over, so a machine whose clock runs late cannot take it after the job ended.
 //!
-//! One lock directory per minute stays behind in ZooKeeper (zkfence never deletes lock
-//! directories: their child counter makes the fencing tokens); a janitor may remove the ones
-//! of past minutes.
+//! Nothing stays behind in ZooKeeper: each minute's lock directory is a container node,
+//! which the ZooKeeper leader removes once it is empty (the fencing tokens are creation
+//! zxids, which do not depend on the directory).
 //!
 //! Minutes are compressed to one second here. Run `cargo run --example cron_dedupe` (starts
 //! a throwaway ensemble) or set `ZKFENCE_CONNECT` / pass `--connect HOSTS` to use yours.

@@ -229,10 +229,14 @@ impl Leadership {
 /// future is dropped (cancelled) at its next await point; when `lead` returns, leadership is
 /// given up and the candidate queues again.
 ///
+/// An async trait method, through the `async-trait` crate: implement it under
+/// [`#[zkfence::async_trait]`](crate::async_trait), re-exported so a program needs no
+/// dependency of its own for it.
+///
 /// ```
 /// use zkfence::{LeaderTask, Leadership};
 /// struct Scheduler;
-/// #[async_trait::async_trait]
+/// #[zkfence::async_trait]
 /// impl LeaderTask for Scheduler {
 ///     async fn lead(&mut self, leadership: Leadership) -> zkfence::Result<()> {
 ///         loop {
@@ -250,6 +254,11 @@ pub trait LeaderTask: Send {
 
 impl Session {
     /// A handle on the leader election under the directory `path`.
+    ///
+    /// Give an election a path of its own. Its candidates queue as a plain lock's contenders
+    /// do (the layout of Curator's `LeaderSelector`), so on a lock's path the leader would
+    /// hold the lock and the lock's holder would lead; the names cannot tell them apart, so
+    /// that mix is not refused. A semaphore's path is refused ([`Error::KindConflict`]).
     ///
     /// ```no_run
     /// # async fn f(session: zkfence::Session) -> zkfence::Result<()> {
@@ -280,6 +289,26 @@ impl Election {
     }
 
     /// Joins the election as candidate `id` and waits until it leads.
+    ///
+    /// A program that campaigns in its own loop (rather than through [`run`](Self::run),
+    /// which does this) campaigns again after an error that can pass,
+    /// [`Error::is_retryable`]: notably [`Error::SessionExpired`], which the first campaign
+    /// after its session lapsed returns while the `Session` opens a new one.
+    ///
+    /// ```no_run
+    /// # async fn f(session: zkfence::Session) -> zkfence::Result<()> {
+    /// let election = session.election("/election/scheduler");
+    /// loop {
+    ///     let leadership = match election.campaign("node-a").await {
+    ///         Ok(leadership) => leadership,
+    ///         Err(e) if e.is_retryable() => continue, // e.g. the session expired meanwhile
+    ///         Err(e) => return Err(e),
+    ///     };
+    ///     // lead until leadership.lost(), then campaign again
+    /// #   drop(leadership);
+    /// }
+    /// # }
+    /// ```
     ///
     /// # Cancel safety
     /// Cancel safe: a dropped campaign (also one under `tokio::time::timeout`) leaves no node

@@ -12,14 +12,17 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// Errors returned by zkfence.
 ///
 /// The enum is `#[non_exhaustive]`: match the variants you act on and treat the rest as fatal
-/// for the operation at hand. [`Error::is_session_terminal`] groups the variants after which
-/// the `Session` is useless and a new one must be connected.
+/// for the operation at hand. Two helpers say what to do: [`Error::is_retryable`] (the same
+/// call again may succeed: the session expired and the `Session` opened a new one, a node
+/// was deleted, the ensemble was silent) and [`Error::is_session_terminal`] (the ZooKeeper
+/// session ended, with every lease of it: stop acting on them).
 ///
 /// ```
 /// # fn handle(err: zkfence::Error) {
 /// match err {
 ///     zkfence::Error::Timeout { .. } => { /* not now: try again later */ }
-///     e if e.is_session_terminal() => { /* the session ended: acquire again, or reconnect */ }
+///     zkfence::Error::LockLost { .. } => { /* stop acting as the holder; acquire anew */ }
+///     e if e.is_retryable() => { /* acquire or campaign again, on the same Session */ }
 ///     e => eprintln!("{e}"),
 /// }
 /// # }
@@ -191,6 +194,15 @@ pub enum Error {
         holder: Box<crate::Contender>,
     },
 
+    /// A partition set's items or member id cannot be used; nothing was created.
+    #[error("invalid partitions at {path}: {reason}")]
+    InvalidPartitions {
+        /// The partition path.
+        path: String,
+        /// What is wrong, and how to fix it.
+        reason: String,
+    },
+
     /// Another kind of lock uses this path: a lock, a read/write lock or an election where a
     /// semaphore's holders are, or a semaphore where the others' are. Their nodes live in
     /// different places (a semaphore's under `locks/` and `leases/`), so they would not
@@ -284,7 +296,23 @@ pub enum Error {
         reason: &'static str,
     },
 
-    /// A fenced write's operation failed after the ownership check passed.
+    /// A fenced write's operation failed after the ownership check passed (nothing of the
+    /// transaction was applied). `source` is the client's error, matched through the
+    /// re-exported [`zookeeper_client`]: a `FencedOp::SetData` or
+    /// `FencedOp::Delete` of a node that does not exist fails with `NoNode`, a `Create` of
+    /// one that does with `NodeExists`, a version check with `BadVersion`.
+    ///
+    /// ```
+    /// use zkfence::{zookeeper_client as zk, Error};
+    /// # fn handle(err: Error) {
+    /// match err {
+    ///     Error::FencedWriteFailed { source: zk::Error::NoNode, index, .. } => {
+    ///         eprintln!("operation {index} names a node that does not exist: create it first");
+    ///     }
+    ///     e => eprintln!("{e}"),
+    /// }
+    /// # }
+    /// ```
     #[error("fenced write on {path} failed at operation {index}: {source}")]
     FencedWriteFailed {
         /// The lock directory.
@@ -309,13 +337,50 @@ pub enum Error {
 
 impl Error {
     /// True when the ZooKeeper session the operation ran on has ended, with every lease of
-    /// it. After `SessionExpired` a reopening [`Session`](crate::Session) goes on with a new
-    /// one ([`Session::reopens`](crate::Session::reopens)); after the others, connect anew.
+    /// it: stop acting on those leases.
+    ///
+    /// It does not say the [`Session`](crate::Session) is useless: after `SessionExpired` a
+    /// reopening `Session` (the default, [`Session::reopens`](crate::Session::reopens)) goes
+    /// on with a new ZooKeeper session, and acquiring or campaigning again on it works
+    /// ([`is_retryable`](Self::is_retryable) says so); after `SessionClosed` and
+    /// `AuthFailed`, connect a new `Session`.
     pub fn is_session_terminal(&self) -> bool {
         matches!(
             self,
             Error::SessionExpired | Error::SessionClosed | Error::AuthFailed
         ) || matches!(self, Error::LockLost { reason, .. } if reason.is_session_terminal())
+    }
+
+    /// True when making the same call again, on the same [`Session`](crate::Session), can
+    /// succeed without changing anything: what a hand-written acquire or campaign loop
+    /// retries on.
+    ///
+    /// - [`SessionExpired`](Self::SessionExpired): the `Session` opens a new ZooKeeper
+    ///   session, unless reopening is off ([`Session::reopens`](crate::Session::reopens)).
+    /// - [`NodeDeleted`](Self::NodeDeleted), [`LockDirectoryDeleted`](Self::LockDirectoryDeleted):
+    ///   someone removed our node or directory; nothing is held.
+    /// - [`NoAnswer`](Self::NoAnswer), [`ConnectFailed`](Self::ConnectFailed): the ensemble
+    ///   did not answer; it may be back (retry with a pause).
+    /// - [`Timeout`](Self::Timeout): the lock was taken throughout; it may be free later.
+    ///
+    /// False for bad input and settings, authentication and ACL failures, a closed
+    /// `Session`, two kinds of lock on one path, and [`LockLost`](Self::LockLost) (the lease
+    /// is gone: stop acting as the holder, then acquire anew).
+    ///
+    /// ```
+    /// assert!(zkfence::Error::SessionExpired.is_retryable());
+    /// assert!(!zkfence::Error::SessionClosed.is_retryable());
+    /// ```
+    pub fn is_retryable(&self) -> bool {
+        matches!(
+            self,
+            Error::SessionExpired
+                | Error::NodeDeleted { .. }
+                | Error::LockDirectoryDeleted { .. }
+                | Error::NoAnswer { .. }
+                | Error::ConnectFailed { .. }
+                | Error::Timeout { .. }
+        )
     }
 
     /// Maps a client error for `operation` on `path`, turning the errors callers act on into

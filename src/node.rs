@@ -448,7 +448,8 @@ pub struct OwnerInfo {
     /// [`Semaphore`]: crate::Semaphore
     pub permits: Option<usize>,
     /// The value a leader advertises, set by [`Leadership::proclaim`]; `None` until the
-    /// first proclaim (and for other clients' nodes).
+    /// first proclaim (and for other clients' nodes). Bytes, as proclaimed;
+    /// [`proclaimed_text`](Self::proclaimed_text) reads them as text.
     ///
     /// [`Leadership::proclaim`]: crate::Leadership::proclaim
     pub proclaimed: Option<Vec<u8>>,
@@ -477,6 +478,18 @@ pub(crate) fn is_revoke_request(data: &[u8]) -> bool {
 }
 
 impl OwnerInfo {
+    /// The [`proclaimed`](Self::proclaimed) value as text, as the CLI's `zkfence leader`
+    /// prints it: invalid UTF-8 replaced by `U+FFFD`.
+    ///
+    /// ```
+    /// use zkfence::OwnerInfo;
+    /// let leader = OwnerInfo::decode(b"id=node-a\n\nhttp://10.0.0.7:8080");
+    /// assert_eq!(leader.proclaimed_text().as_deref(), Some("http://10.0.0.7:8080"));
+    /// ```
+    pub fn proclaimed_text(&self) -> Option<std::borrow::Cow<'_, str>> {
+        self.proclaimed.as_deref().map(String::from_utf8_lossy)
+    }
+
     /// Whether someone asked this holder to let go ([`Session::revoke`]). A zkfence
     /// holder's owner stays readable after the request; Curator's `Revoker` overwrites it,
     /// and then `id`, `host` and `pid` are unknown.

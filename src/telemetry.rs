@@ -1,6 +1,6 @@
 //! Operator metrics through the `metrics` facade: the library emits, the application installs
 //! a recorder (an exporter) of its choice. The names and labels are documented in one table,
-//! in the crate docs' *Metrics* section.
+//! in the guide's production page (`docs/guide/production.md`, *Metrics and alerts*).
 //!
 //! Behind the default-off `metrics` feature. Without it every function here has an empty
 //! body and every type is zero-sized, so library users who do not want metrics pay nothing:
@@ -28,6 +28,10 @@ pub(crate) enum Recipe {
     Semaphore,
     Election,
     Multi,
+    /// An item of a partition set.
+    Partition,
+    /// A member's node in a partition set's party.
+    PartitionMember,
 }
 
 impl Recipe {
@@ -45,7 +49,10 @@ impl Recipe {
     /// What this recipe's nodes make a directory, for [`Error::KindConflict`](crate::Error::KindConflict).
     pub(crate) fn lock_kind(self) -> crate::LockKind {
         match self {
-            Recipe::Lock | Recipe::Multi => crate::LockKind::Lock,
+            // A partition's items are plain locks; its party's nodes are a semaphore's kind
+            // (every contender admitted), checked by nobody.
+            Recipe::Lock | Recipe::Multi | Recipe::Partition => crate::LockKind::Lock,
+            Recipe::PartitionMember => crate::LockKind::Semaphore,
             Recipe::Read | Recipe::Write => crate::LockKind::ReadWrite,
             Recipe::Semaphore => crate::LockKind::Semaphore,
             Recipe::Election => crate::LockKind::Election,
@@ -318,10 +325,21 @@ mod imp {
             Recipe::Semaphore => 3,
             Recipe::Election => 4,
             Recipe::Multi => 5,
+            Recipe::Partition => 6,
+            Recipe::PartitionMember => 7,
         }
     }
 
-    const KINDS: [&str; 6] = ["lock", "read", "write", "semaphore", "election", "multi"];
+    const KINDS: [&str; 8] = [
+        "lock",
+        "read",
+        "write",
+        "semaphore",
+        "election",
+        "multi",
+        "partition",
+        "partition_member",
+    ];
 
     /// The `reason` label of a loss, and its index in the label table.
     fn reason(reason: LossReason) -> (usize, &'static str) {
@@ -354,10 +372,26 @@ mod imp {
         };
     }
 
-    static KIND_LABELS: [[Label; 1]; 6] =
-        kind_labels!("lock", "read", "write", "semaphore", "election", "multi");
-    static REASON_LABELS: [[[Label; 2]; 5]; 6] =
-        reason_labels!("lock", "read", "write", "semaphore", "election", "multi");
+    static KIND_LABELS: [[Label; 1]; 8] = kind_labels!(
+        "lock",
+        "read",
+        "write",
+        "semaphore",
+        "election",
+        "multi",
+        "partition",
+        "partition_member"
+    );
+    static REASON_LABELS: [[[Label; 2]; 5]; 8] = reason_labels!(
+        "lock",
+        "read",
+        "write",
+        "semaphore",
+        "election",
+        "multi",
+        "partition",
+        "partition_member"
+    );
 
     /// The key of `name` for `tag` (and a loss `reason`): static labels, no allocation,
     /// unless the tag carries a path.

@@ -357,3 +357,112 @@ fn samples_from(answer: &Value) -> Result<Samples> {
         ..Default::default()
     })
 }
+
+// ---------------------------------------------------------------------------------------------
+// Python Kazoo's SetPartitioner, through benches/kazoo_partitioner.py
+// ---------------------------------------------------------------------------------------------
+
+/// Members of Kazoo partition sets, each a `SetPartitioner` on a session of its own, run by
+/// the driver process.
+pub struct KazooPartitioner {
+    child: tokio::process::Child,
+    stdin: tokio::process::ChildStdin,
+    lines: tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
+}
+
+impl KazooPartitioner {
+    /// Starts the driver with the first Python that imports `kazoo`; `None` if there is none.
+    pub async fn start(bench: &Bench) -> Result<Option<KazooPartitioner>> {
+        let python = ["python3", "/usr/bin/python3"].into_iter().find(|py| {
+            std::process::Command::new(py)
+                .args(["-c", "import kazoo"])
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
+        });
+        let Some(python) = python else {
+            progress("python3 cannot import kazoo: skipping Kazoo's SetPartitioner");
+            return Ok(None);
+        };
+        let driver = concat!(env!("CARGO_MANIFEST_DIR"), "/benches/kazoo_partitioner.py");
+        let mut child = tokio::process::Command::new(python)
+            .arg(driver)
+            .arg(&bench.connect)
+            .arg(SESSION_TIMEOUT.as_secs().to_string())
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()?;
+        let stdin = child.stdin.take().ok_or("driver stdin")?;
+        let lines = BufReader::new(child.stdout.take().ok_or("driver stdout")?).lines();
+        Ok(Some(KazooPartitioner {
+            child,
+            stdin,
+            lines,
+        }))
+    }
+
+    async fn call(&mut self, command: Value) -> Result<Value> {
+        self.stdin
+            .write_all(format!("{command}\n").as_bytes())
+            .await?;
+        self.stdin.flush().await?;
+        let line = self
+            .lines
+            .next_line()
+            .await?
+            .ok_or("the Kazoo partitioner driver exited")?;
+        let value: Value = serde_json::from_str(&line)?;
+        if let Some(error) = value.get("error") {
+            return Err(format!("Kazoo partitioner driver: {error}").into());
+        }
+        Ok(value)
+    }
+
+    /// Joins member `id` to the set at `path` over `range(items)`, with Kazoo's
+    /// `time_boundary` of `settle`; returns its session id.
+    pub async fn join(
+        &mut self,
+        path: &str,
+        items: usize,
+        id: &str,
+        settle: Duration,
+    ) -> Result<i64> {
+        let answer = self
+            .call(
+                json!({"cmd": "join", "path": path, "items": items, "id": id,
+                         "settle_s": settle.as_secs_f64()}),
+            )
+            .await?;
+        answer["session"]
+            .as_i64()
+            .ok_or_else(|| "driver: no session id".into())
+    }
+
+    /// Member `id` leaves (`finish()`: releases its items and leaves the party).
+    pub async fn leave(&mut self, id: &str) -> Result<()> {
+        self.call(json!({"cmd": "leave", "id": id})).await.map(drop)
+    }
+
+    /// One read on each member's session (see `server::touch`).
+    pub async fn touch(&mut self) -> Result<()> {
+        self.call(json!({"cmd": "touch"})).await.map(drop)
+    }
+
+    /// Every member leaves and closes its session.
+    pub async fn stop(&mut self) -> Result<()> {
+        self.call(json!({"cmd": "stop"})).await.map(drop)
+    }
+
+    pub async fn quit(mut self) {
+        let _ = self.stdin.write_all(b"{\"cmd\": \"quit\"}\n").await;
+        let _ = self.stdin.flush().await;
+        if tokio::time::timeout(Duration::from_secs(10), self.child.wait())
+            .await
+            .is_err()
+        {
+            let _ = self.child.kill().await;
+        }
+    }
+}

@@ -41,6 +41,12 @@
 //! The latencies of the timed arms are drawn, one CDF per arm and a panel per scenario, into
 //! `target/bench/latency.svg` (with `plotters`).
 //!
+//! 11. **partitions**: 1,000 items over 10 members, zkfence's partitions against Python Kazoo's
+//!     `SetPartitioner` (driven by `benches/kazoo_partitioner.py`) on the same ensemble, one
+//!     arm after the other: the time a join and a leave take to settle, the items they move
+//!     and re-grant, and what the still members cost the ensemble per second (requests at the
+//!     server, transactions from the zxid).
+//!
 //! 10. **tls** (built with `--features tls`; skipped otherwise), on an ensemble of its own
 //!     serving TLS with the Netty connection factory: scenario 1's uncontended cycle over TLS
 //!     against the same over the plaintext port of the same servers, and its requests per
@@ -184,7 +190,7 @@ impl Plan {
     }
 }
 
-const SCENARIOS: [&str; 10] = [
+const SCENARIOS: [&str; 11] = [
     "uncontended",
     "handoff",
     "keepalive",
@@ -195,6 +201,7 @@ const SCENARIOS: [&str; 10] = [
     "multi",
     "directories",
     "tls",
+    "partitions",
 ];
 
 struct Args {
@@ -394,7 +401,7 @@ async fn bench_on(zk: Ensemble, plan: &Plan) -> Result<Bench> {
     Ok(Bench::new(zk, node, plan.clone()))
 }
 
-/// Scenarios 1–6 and 8, on the main ensemble (ZooKeeper's default container check, 60 s).
+/// Scenarios 1–6, 8 and 11, on the main ensemble (ZooKeeper's default container check, 60 s).
 async fn main_scenarios(
     bench: &Bench,
     runs: &impl Fn(&str) -> bool,
@@ -439,6 +446,9 @@ async fn main_scenarios(
     }
     if runs("multi") {
         scenario::multi::run(bench, report).await?;
+    }
+    if runs("partitions") {
+        scenario::partitions::run(bench, report).await?;
     }
     Ok(())
 }

@@ -11,7 +11,9 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 use zkfence::NodeFormat;
 
-use crate::{chaos, duration, elect, exit};
+#[cfg(feature = "harness")]
+use crate::chaos;
+use crate::{duration, elect, exit, partition_status};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -60,7 +62,7 @@ pub(crate) struct ConnectArgs {
     /// The session timeout to ask for: a crashed holder's lock frees about this long after it
     /// dies. The servers clamp it to their bounds (minSessionTimeout..maxSessionTimeout, 2 to
     /// 20 tickTimes unless configured); zkfence says so on stderr when they grant another,
-    /// and `status --json` shows the granted one. Below 100ms is refused (exit 2). E.g. "10s",
+    /// and `status --json` shows the granted one. Below 400ms is refused (exit 2). E.g. "10s",
     /// "500ms", "1m"; a bare number is seconds. [default: 10s]
     #[arg(long, value_parser = duration::parse, value_name = "DUR")]
     pub(crate) session_timeout: Option<Duration>,
@@ -314,6 +316,8 @@ pub(crate) enum Command {
 
     /// Show who holds the lock LOCKPATH and who waits, in queue order: every holder of a
     /// read/write lock (shared readers) or of a semaphore (`exec --limit`), with its kind.
+    /// For a partition set (`Session::partitions`, Kazoo's SetPartitioner): each item's
+    /// owner, token, how long its node has existed, and the member it is moving to.
     ///
     /// Says so when LOCKPATH does not exist (exit 66), or holds lock directories rather than
     /// contenders. --json prints one JSON document, described below.
@@ -324,6 +328,12 @@ pub(crate) enum Command {
         /// Print JSON (the document is described at the end of --help).
         #[arg(long)]
         json: bool,
+        /// For a partition set: the items its members divide, a count (1000) or
+        /// comma-separated names (emails,invoices), as the members were given them. Without
+        /// it: the items that have a lock directory now (all of them once the set has
+        /// settled), which may leave out items nobody holds.
+        #[arg(long, value_name = "ITEMS", value_parser = partition_status::parse_items)]
+        items: Option<zkfence::Items>,
         #[command(flatten)]
         remote: Remote,
     },
@@ -400,6 +410,7 @@ pub(crate) enum Command {
     },
 
     /// Throwaway local ZooKeeper ensembles, for trying zkfence out.
+    #[cfg(feature = "harness")]
     #[command(subcommand)]
     Ensemble(EnsembleCommand),
 
@@ -424,8 +435,9 @@ pub(crate) enum Command {
     ///
     ///          zkfence man exec > /usr/local/share/man/man1/zkfence-exec.1
     Man {
-        /// A subcommand, e.g. exec.
-        subcommand: Option<String>,
+        /// A subcommand, e.g. exec (or `ensemble up`, for zkfence-ensemble-up(1)).
+        #[arg(value_name = "SUBCOMMAND")]
+        subcommand: Vec<String>,
     },
 
     /// Start a 3-node ensemble and play every promise of zkfence against it, as a timeline.
@@ -434,6 +446,7 @@ pub(crate) enum Command {
     /// write, a crashed holder's lock freed after the session timeout, the ZooKeeper leader
     /// killed while locks are held, and leader-election failover. Exits 0 only if every step
     /// behaved as promised.
+    #[cfg(feature = "harness")]
     Demo,
 
     /// Run a randomized fault campaign against a throwaway local ensemble and check its
@@ -454,10 +467,12 @@ pub(crate) enum Command {
     /// if the checker found a violation (each is printed with the events around it).
     ///
     /// Example: zkfence chaos --duration 10m --session-timeout 10s --tick-time 2s --seed 7
+    #[cfg(feature = "harness")]
     #[command(after_long_help = exit::HELP)]
     Chaos(chaos::Args),
 }
 
+#[cfg(feature = "harness")]
 #[derive(Subcommand, Debug)]
 pub(crate) enum EnsembleCommand {
     /// Start an ensemble, print its connect string (the first line of stdout), and run until
@@ -529,14 +544,27 @@ pub(crate) const STATUS_JSON: &str = r#"JSON output (--json), one document on st
 
 {"path": string,
  "exists": bool,          false when nothing is at the path (exit 66)
- "kind": "lock" | "read-write" | "semaphore" | "directory" | null,
+ "kind": "lock" | "read-write" | "semaphore" | "directory" | "partitions" | null,
                           null when the path does not exist or nobody queued there
  "limit": integer|null,   a semaphore's N, as its holders recorded it
  "holders": [CONTENDER...],
  "waiters": [CONTENDER...],
  "session_timeout_ms": integer,  the session timeout the servers granted: what
                           --session-timeout becomes on this ensemble
- "children": [string...]} only when "kind" is "directory""#;
+ "children": [string...], only when "kind" is "directory"
+ for a partition set ("kind": "partitions"; "holders" and "waiters" are empty):
+ "assignment": "sticky" | "kazoo",   how its members divide the items
+ "items_from": "given" | "lock directories",   --items, or the items with a lock now
+ "members": [{"id": string, "node": string, "session_id": string,
+              "assignment": "sticky" | "kazoo", "host": string|null, "pid": integer|null}...],
+ "items": [{"item": string,
+            "owner": string|null,        the member holding it (by session), else the id in
+                                         its holder's data; null when nobody holds it
+            "token": integer|null, "session_id": string|null, "node": string|null,
+            "age_ms": integer|null,      since the holder's node was created
+            "waiting": integer,          contenders queued behind the holder
+            "assigned_to": string|null,  the member the assignment gives it to now
+            "moving_to": string|null}...]}   assigned_to when another (or nobody) holds it"#;
 
 /// `leader --json`'s document.
 pub(crate) const LEADER_JSON: &str = r#"JSON output (--json), one document on stdout:
@@ -560,5 +588,150 @@ pub(crate) fn json_of(subcommand: &str) -> Option<[&'static str; 2]> {
         "status" => Some([STATUS_JSON, JSON_CONTENDER]),
         "leader" => Some([LEADER_JSON, JSON_CONTENDER]),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    /// A guide page or the README, read from the repository.
+    fn doc(path: &str) -> String {
+        let at = format!("{}/../{path}", env!("CARGO_MANIFEST_DIR"));
+        std::fs::read_to_string(&at).unwrap_or_else(|e| panic!("read {at}: {e}"))
+    }
+
+    /// The words of a shell command line as the shell would pass them (quotes and escapes
+    /// removed, `$(...)` kept as text), up to a comment, a redirection or a pipe.
+    fn shell_words(line: &str) -> Vec<String> {
+        let mut words = Vec::new();
+        let mut word = String::new();
+        let mut in_word = false;
+        let mut chars = line.chars().peekable();
+        let mut quote: Option<char> = None;
+        while let Some(c) = chars.next() {
+            match (quote, c) {
+                (Some(q), c) if c == q => quote = None,
+                (Some(_), c) => word.push(c),
+                (None, '\'' | '"') => {
+                    quote = Some(c);
+                    in_word = true;
+                }
+                (None, '\\') => {
+                    if let Some(next) = chars.next() {
+                        word.push(next);
+                        in_word = true;
+                    }
+                }
+                (None, '#' | '>' | '|' | ';') if !in_word => break,
+                (None, c) if c.is_whitespace() => {
+                    if in_word {
+                        words.push(std::mem::take(&mut word));
+                        in_word = false;
+                    }
+                }
+                (None, c) => {
+                    word.push(c);
+                    in_word = true;
+                }
+            }
+        }
+        if in_word {
+            words.push(word);
+        }
+        words
+    }
+
+    /// Every `zkfence ...` command in the `sh` blocks of `markdown` (continued lines
+    /// joined, leading `VAR=value` assignments dropped).
+    fn examples(markdown: &str) -> Vec<Vec<String>> {
+        let mut out = Vec::new();
+        let mut in_sh = false;
+        let mut pending = String::new();
+        for line in markdown.lines() {
+            let trimmed = line.trim();
+            if trimmed.starts_with("```") {
+                in_sh = trimmed == "```sh";
+                continue;
+            }
+            if !in_sh {
+                continue;
+            }
+            if let Some(head) = line.strip_suffix('\\') {
+                pending.push_str(head);
+                continue;
+            }
+            let full = std::mem::take(&mut pending) + line;
+            let words: Vec<String> = shell_words(&full)
+                .into_iter()
+                .skip_while(|w| w.contains('=') && !w.starts_with('-'))
+                .collect();
+            if words.first().is_some_and(|w| w == "zkfence") {
+                out.push(words);
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn every_example_in_the_guide_and_the_readme_parses() {
+        // Every page of the guide, not only the CLI's: the recipes', production's (systemd
+        // and cron) and security's pages show commands too.
+        let guide = format!("{}/../docs/guide", env!("CARGO_MANIFEST_DIR"));
+        let mut paths: Vec<String> = std::fs::read_dir(&guide)
+            .unwrap_or_else(|e| panic!("read {guide}: {e}"))
+            .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|name| name.ends_with(".md"))
+            .map(|name| format!("docs/guide/{name}"))
+            .collect();
+        paths.sort();
+        assert!(paths.len() > 10, "{} guide pages found", paths.len());
+        paths.push("README.md".into());
+        let mut parsed = 0;
+        for path in &paths {
+            for words in examples(&doc(path)) {
+                if let Err(e) = Cli::try_parse_from(&words) {
+                    panic!("{path}: {words:?} does not parse:\n{e}");
+                }
+                parsed += 1;
+            }
+        }
+        assert!(parsed > 60, "{parsed} examples found");
+    }
+
+    #[test]
+    fn the_guide_shows_the_help_texts_word_for_word() {
+        let guide = doc("docs/guide/cli.md");
+        assert!(
+            guide.contains(exit::HELP),
+            "the exit codes differ from --help's"
+        );
+        for document in [STATUS_JSON, LEADER_JSON] {
+            assert!(
+                guide.contains(document),
+                "differs from --help's:\n{document}"
+            );
+        }
+        let contender = JSON_CONTENDER.split_once("\n\n").unwrap().1;
+        assert!(
+            guide.contains(contender),
+            "the CONTENDER differs from --help's"
+        );
+    }
+
+    #[test]
+    fn the_example_reader_reads_as_a_shell_would() {
+        assert_eq!(
+            shell_words(r#"zkfence elect --id "$(hostname)" /e ./s  # comment"#),
+            ["zkfence", "elect", "--id", "$(hostname)", "/e", "./s"]
+        );
+        assert_eq!(
+            shell_words("zkfence exec /l -- sh -c 'echo a; b' > out"),
+            ["zkfence", "exec", "/l", "--", "sh", "-c", "echo a; b"]
+        );
+        // A wrong flag is caught.
+        assert!(Cli::try_parse_from(["zkfence", "exec", "--no-such-flag", "/l", "x"]).is_err());
     }
 }

@@ -37,11 +37,13 @@ pub fn parse(text: &str) -> Result<Duration, String> {
     seconds(total, text)
 }
 
-/// Writes a duration as the command line takes it: `400ms`, `45s`, `1.5s`, `5m`.
+/// Writes a duration as the command line takes it: `400ms`, `45s`, `1.5s`, `5m`, `1h`.
 pub fn format(d: Duration) -> String {
     let ms = d.as_millis();
     if ms < 1000 {
         format!("{ms}ms")
+    } else if ms % 3_600_000 == 0 {
+        format!("{}h", ms / 3_600_000)
     } else if ms % 60_000 == 0 {
         format!("{}m", ms / 60_000)
     } else if ms % 1000 == 0 {

@@ -122,6 +122,7 @@ impl From<Error> for Failure {
     }
 }
 
+#[cfg(feature = "harness")]
 impl From<zkfence_testcontainers::HarnessError> for Failure {
     fn from(err: zkfence_testcontainers::HarnessError) -> Failure {
         Failure::new(

@@ -9,12 +9,17 @@
 //! to ZooKeeper share in `remote`, and each subcommand in its own module.
 
 mod args;
+// `chaos`, `demo` and `ensemble up` run on the test harness (zkfence-testcontainers): the
+// default feature `harness`; without it the binary is the server tool alone.
+#[cfg(feature = "harness")]
 mod chaos;
 mod child;
 mod clock;
+#[cfg(feature = "harness")]
 mod demo;
 mod duration;
 mod elect;
+#[cfg(feature = "harness")]
 mod ensemble;
 mod exec;
 mod exit;
@@ -22,6 +27,7 @@ mod gc;
 mod generated;
 mod logging;
 mod metrics_endpoint;
+mod partition_status;
 mod progress;
 mod remote;
 mod revoke;
@@ -38,7 +44,9 @@ use std::time::Duration;
 use clap::Parser;
 use zkfence::NodeFormat;
 
-use crate::args::{Cli, Command, EnsembleCommand, Remote};
+#[cfg(feature = "harness")]
+use crate::args::EnsembleCommand;
+use crate::args::{Cli, Command, Remote};
 use crate::exit::Failure;
 use crate::remote::{check_path, Global};
 
@@ -47,6 +55,7 @@ fn main() -> ExitCode {
     if args.get(1).map(String::as_str) == Some(supervisor::MODE) {
         supervisor::main(&args[2..]);
     }
+    #[cfg(feature = "harness")]
     if args.get(1).map(String::as_str) == Some(zkfence_testcontainers::chaos::CONTENDER_MODE) {
         let config = args.get(2).map_or("", String::as_str);
         std::process::exit(zkfence_testcontainers::chaos::contender_main(config));
@@ -89,13 +98,16 @@ fn main() -> ExitCode {
 enum Job {
     Exec(Global, exec::Options, Option<SocketAddr>),
     Elect(Global, elect::Options, Option<SocketAddr>),
-    Status(Global, String, bool, status::Kind),
+    Status(Global, String, bool, status::Kind, Option<zkfence::Items>),
     Gc(Global, String, bool, bool),
     Revoke(Global, String, Option<String>, bool),
+    #[cfg(feature = "harness")]
     EnsembleUp(ensemble::Options),
+    #[cfg(feature = "harness")]
     Demo,
     Completions(clap_complete::Shell),
-    Man(Option<String>),
+    Man(Vec<String>),
+    #[cfg(feature = "harness")]
     Chaos(chaos::Task),
 }
 
@@ -171,11 +183,12 @@ impl Job {
             Command::Status {
                 lockpath,
                 json,
+                items,
                 remote,
             } => {
                 check_path(&lockpath)?;
                 let global = Global::from_args(remote, &outer)?;
-                Job::Status(global, lockpath, json, status::Kind::Lock)
+                Job::Status(global, lockpath, json, status::Kind::Lock, items)
             }
             Command::Leader {
                 electionpath,
@@ -184,7 +197,7 @@ impl Job {
             } => {
                 check_path(&electionpath)?;
                 let global = Global::from_args(remote, &outer)?;
-                Job::Status(global, electionpath, json, status::Kind::Election)
+                Job::Status(global, electionpath, json, status::Kind::Election, None)
             }
             Command::Revoke {
                 lockpath,
@@ -206,6 +219,7 @@ impl Job {
                 let global = Global::from_args(remote, &outer)?;
                 Job::Gc(global, path, apply, json)
             }
+            #[cfg(feature = "harness")]
             Command::Ensemble(EnsembleCommand::Up {
                 nodes,
                 base_port,
@@ -217,9 +231,11 @@ impl Job {
                 tick_time,
                 max_session_timeout,
             }),
+            #[cfg(feature = "harness")]
             Command::Demo => Job::Demo,
             Command::Completions { shell } => Job::Completions(shell),
             Command::Man { subcommand } => Job::Man(subcommand),
+            #[cfg(feature = "harness")]
             Command::Chaos(args) => Job::Chaos(chaos::task(args)?),
         })
     }
@@ -238,15 +254,20 @@ impl Job {
                 }
                 elect::run(&global, options).await
             }
-            Job::Status(global, path, json, kind) => status::run(&global, &path, json, kind).await,
+            Job::Status(global, path, json, kind, items) => {
+                status::run(&global, &path, json, kind, items).await
+            }
             Job::Gc(global, path, apply, json) => gc::run(&global, &path, apply, json).await,
             Job::Revoke(global, path, node, force) => {
                 revoke::run(&global, &path, node.as_deref(), force).await
             }
+            #[cfg(feature = "harness")]
             Job::EnsembleUp(options) => ensemble::up(options).await,
+            #[cfg(feature = "harness")]
             Job::Demo => demo::run().await,
             Job::Completions(shell) => generated::completions(shell),
-            Job::Man(subcommand) => generated::man(subcommand.as_deref()),
+            Job::Man(subcommand) => generated::man(&subcommand),
+            #[cfg(feature = "harness")]
             Job::Chaos(task) => chaos::run(task).await,
         }
     }

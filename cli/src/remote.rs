@@ -139,9 +139,10 @@ impl Security {
 /// The session timeout asked for when --session-timeout is not given.
 const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Below this the client's reads time out before a server can answer (it gives each a
-/// fraction of the session timeout; 10ms failed on loopback, 50ms worked): refused (exit 2).
-const MIN_SESSION_TIMEOUT: Duration = Duration::from_millis(100);
+/// Below this the client's reads may time out before a server can answer (it gives each a
+/// fraction of the session timeout: 10ms failed on loopback, 100ms on a loaded machine), and
+/// no usual ensemble grants less anyway (2 tickTimes of 200ms): refused (exit 2).
+const MIN_SESSION_TIMEOUT: Duration = Duration::from_millis(400);
 
 /// Below this no connect can complete: --connect-timeout is refused (exit 2).
 const MIN_CONNECT_TIMEOUT: Duration = Duration::from_millis(10);

@@ -4,7 +4,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
 use zkfence::zookeeper_client as zk;
-use zkfence::{Contender, Session};
+use zkfence::{Contender, Items, Session};
 
 use crate::exit::Failure;
 use crate::remote::{close, Global};
@@ -33,6 +33,9 @@ struct LockReport {
     /// For a directory: the names of the nodes under it.
     #[serde(skip_serializing_if = "Option::is_none")]
     children: Option<Vec<String>>,
+    /// For a partition set: its assignment, members and items.
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    partitions: Option<crate::partition_status::Report>,
     /// The session timeout the servers granted this command's session, in milliseconds:
     /// what --session-timeout becomes on this ensemble (a holder's lock frees about this
     /// long after it dies, if it asked for the same).
@@ -129,9 +132,12 @@ enum Found {
         holders: Vec<Contender>,
         waiters: Vec<Contender>,
     },
+    /// A partition set's party and item locks (`Session::partitions`, Kazoo's
+    /// `SetPartitioner`).
+    Partitions(Box<crate::partition_status::Seen>),
 }
 
-async fn look(session: &Session, path: &str) -> Result<Found, Failure> {
+async fn look(session: &Session, path: &str, items: Option<&Items>) -> Result<Found, Failure> {
     // The library's read first: its errors say what an ACL or an outage means.
     let contenders = session.lock(path).contenders().await?;
     let names = match session.client().list_children(path).await {
@@ -145,6 +151,11 @@ async fn look(session: &Session, path: &str) -> Result<Found, Failure> {
         }
     };
     if contenders.is_empty() {
+        // A partition set keeps its item locks in `locks` too, beside its `party`.
+        if crate::partition_status::is_partition_set(&names) {
+            let seen = crate::partition_status::look(session, path, items).await?;
+            return Ok(Found::Partitions(Box::new(seen)));
+        }
         // Curator's InterProcessSemaphoreV2 layout, which `exec --limit` uses.
         if names.iter().any(|n| n == "leases" || n == "locks") {
             let leases = session.semaphore(path, usize::MAX).holders().await?;
@@ -192,10 +203,16 @@ async fn look(session: &Session, path: &str) -> Result<Found, Failure> {
     })
 }
 
-pub async fn run(global: &Global, path: &str, json: bool, kind: Kind) -> Result<u8, Failure> {
+pub async fn run(
+    global: &Global,
+    path: &str,
+    json: bool,
+    kind: Kind,
+    items: Option<Items>,
+) -> Result<u8, Failure> {
     let session = global.connect().await?;
     let granted = session.session_timeout().as_millis() as u64;
-    let found = look(&session, path).await;
+    let found = look(&session, path, items.as_ref()).await;
     close(session, std::time::Duration::from_secs(1)).await;
     let found = found?;
     if json {
@@ -230,10 +247,15 @@ fn lock_report(path: &str, found: &Found) -> LockReport {
         holders: vec![],
         waiters: vec![],
         children: None,
+        partitions: None,
         session_timeout_ms: 0,
     };
     match found {
         Found::Missing | Found::Empty => {}
+        Found::Partitions(seen) => {
+            report.kind = Some("partitions");
+            report.partitions = Some(crate::partition_status::report(seen));
+        }
         Found::Directory(names) => {
             report.kind = Some("directory");
             report.children = Some(names.clone());
@@ -298,6 +320,7 @@ fn describe(path: &str, found: &Found, kind: Kind) -> String {
             }
         },
         Found::Empty => format!("{path}: {none}\n"),
+        Found::Partitions(seen) => crate::partition_status::describe(path, seen),
         Found::Directory(names) => format!(
             "{path}: no contenders; it holds the lock directories: {}\n",
             names.join(", ")
@@ -392,8 +415,7 @@ fn describe(path: &str, found: &Found, kind: Kind) -> String {
 
 /// The value a leader proclaimed, as text.
 fn proclaimed(c: &Contender) -> Option<String> {
-    let value = c.owner.proclaimed.as_deref()?;
-    Some(String::from_utf8_lossy(value).into_owned())
+    c.owner.proclaimed_text().map(|text| text.into_owned())
 }
 
 fn names<C: std::borrow::Borrow<Contender>>(contenders: &[C]) -> String {

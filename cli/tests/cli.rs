@@ -548,6 +548,158 @@ async fn status_and_leader_report_known_queues_as_json() {
     );
 }
 
+/// `status` on a partition set: a table of items (owner, token, since, moving to), and the
+/// same in `--json`. Member "a" holds all six items and does not let go of any; "b" joins,
+/// so the items the assignment gives "b" show as moving to it, with "b" waiting for each.
+#[tokio::test]
+async fn status_shows_a_partition_set_with_the_items_moving() {
+    let zk = shared_ensemble();
+    let path = unique_path("partitions");
+    let a = connect(&zk.connect_string(), Duration::from_secs(4)).await;
+    let b = connect(&zk.connect_string(), Duration::from_secs(4)).await;
+    let settle = Duration::from_millis(100);
+    let mut first = a
+        .partitions(&path, 6)
+        .settle(settle)
+        .join("a")
+        .await
+        .unwrap();
+    let mut held = Vec::new();
+    while held.len() < 6 {
+        let change = tokio::time::timeout(Duration::from_secs(20), first.next())
+            .await
+            .expect("a is granted every item")
+            .unwrap()
+            .unwrap();
+        if let zkfence::OwnershipChange::Acquired { lease, .. } = change {
+            held.push(lease);
+        }
+    }
+    let _second = b
+        .partitions(&path, 6)
+        .settle(settle)
+        .join("b")
+        .await
+        .unwrap();
+    let theirs: Vec<usize> = zkfence::Assignment::Sticky
+        .assign(&["a", "b"], &zkfence::Items::count(6))
+        .iter()
+        .enumerate()
+        .filter(|(_, o)| **o == Some("b"))
+        .map(|(i, _)| i)
+        .collect();
+    assert!(!theirs.is_empty());
+    // "b" queues behind "a" for each of its items; "a" holds on to them.
+    let status = a.partitions(&path, 6);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !status
+        .status()
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .filter(|i| theirs.contains(&i.item.index()))
+        .all(|i| i.waiting == 1)
+    {
+        assert!(Instant::now() < deadline, "b never queued for its items");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    let ran = run(
+        zkfence(&zk.connect_string(), &["status", &path]),
+        Duration::from_secs(20),
+    )
+    .await;
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    let lines: Vec<&str> = ran.stdout.lines().collect();
+    assert!(
+        lines[0].starts_with(&format!(
+            "{path}: partition set, 6 items (those with a lock directory"
+        )) && lines[0].contains("over 2 members (sticky assignment)")
+            && lines[0].ends_with(&format!("{} moving", theirs.len())),
+        "{}",
+        ran.stdout
+    );
+    assert_eq!(lines[1], "members: a, b", "{}", ran.stdout);
+    let header: Vec<&str> = lines[2].split("  ").filter(|c| !c.is_empty()).collect();
+    assert_eq!(
+        header.iter().map(|c| c.trim()).collect::<Vec<_>>(),
+        ["ITEM", "OWNER", "TOKEN", "SINCE", "MOVING TO"],
+        "{}",
+        ran.stdout
+    );
+    for (i, line) in lines[3..].iter().enumerate() {
+        let cells: Vec<&str> = line.split_whitespace().collect();
+        assert_eq!(cells[0], i.to_string(), "{line}");
+        assert_eq!(cells[1], "a", "{line}");
+        assert_eq!(cells[2], held[i].token().to_string(), "{line}");
+        if theirs.contains(&i) {
+            assert_eq!(cells[4..], ["b", "(1", "waiting)"], "{line}");
+        } else {
+            assert_eq!(cells.len(), 4, "{line}");
+        }
+    }
+
+    let ran = run(
+        zkfence(
+            &zk.connect_string(),
+            &["status", &path, "--items", "6", "--json"],
+        ),
+        Duration::from_secs(20),
+    )
+    .await;
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    let json: serde_json::Value = serde_json::from_str(&ran.stdout).expect("valid JSON");
+    assert_eq!(json["kind"], "partitions");
+    assert_eq!(json["assignment"], "sticky");
+    assert_eq!(json["items_from"], "given");
+    let members: Vec<&str> = json["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(members, ["a", "b"]);
+    let items = json["items"].as_array().unwrap();
+    assert_eq!(items.len(), 6);
+    for (i, item) in items.iter().enumerate() {
+        assert_eq!(item["item"], i.to_string());
+        assert_eq!(item["owner"], "a");
+        assert_eq!(item["token"], held[i].token().get());
+        assert_eq!(item["session_id"], format!("0x{:x}", a.id() as u64));
+        assert!(item["age_ms"].as_u64().is_some());
+        let moving = theirs.contains(&i);
+        assert_eq!(item["assigned_to"], if moving { "b" } else { "a" });
+        assert_eq!(
+            item["moving_to"],
+            if moving {
+                "b".into()
+            } else {
+                serde_json::Value::Null
+            }
+        );
+        assert_eq!(item["waiting"], u64::from(moving));
+    }
+
+    let ran = run(
+        zkfence(&zk.connect_string(), &["status", &path, "--items", "a,,b"]),
+        Duration::from_secs(20),
+    )
+    .await;
+    assert_eq!(
+        ran.code,
+        Some(2),
+        "a bad --items is a usage error: {}",
+        ran.stderr
+    );
+    assert!(
+        ran.stderr.contains("comma-separated names"),
+        "{}",
+        ran.stderr
+    );
+    drop(held);
+}
+
 #[tokio::test]
 async fn usage_and_connection_errors_have_their_codes() {
     let ran = run(

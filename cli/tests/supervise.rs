@@ -136,13 +136,16 @@ async fn frozen_holder_trial(connect_string: &str, path: &str, dir: &Path) -> (u
         next_line(&mut first, Duration::from_secs(20)).await,
         "ready"
     );
-    // The second holds for a while: a first CMD still running would write meanwhile.
+    // The second holds for a while: a first CMD still running would write meanwhile. Its
+    // own session is longer than the first's: at 2 s, a loaded machine's late keepalive
+    // answers (seen at load 20) could leave its own lease too short to finish the 0.5 s,
+    // which says nothing about the first (the trial's subject).
     let starter = format!("date +%s%N > {}; sleep 0.5", second_log.display());
     let second = zkfence(
         connect_string,
         &[
             "--session-timeout",
-            "2s",
+            "4s",
             "exec",
             path,
             "--",

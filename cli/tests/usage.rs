@@ -381,17 +381,34 @@ async fn connect_failures_name_their_cause_per_server() {
 // ---- issue 26 item 3 -------------------------------------------------------------------
 
 /// The exit-code table of the README: the lines of the code block that starts "Exit codes:".
+/// The exit-code table of the guide's CLI page (docs/guide/cli.md), which the README may
+/// also show: the same text wherever it is.
 fn readme_exit_codes() -> String {
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md"))
-        .expect("read README.md");
-    let start = readme
+    let read = |path: &str| {
+        std::fs::read_to_string(format!("{}/../{path}", env!("CARGO_MANIFEST_DIR")))
+            .unwrap_or_else(|e| panic!("read {path}: {e}"))
+    };
+    let guide = table_in(&read("docs/guide/cli.md"));
+    let readme = read("README.md");
+    if readme.contains("Exit codes:\n") {
+        assert_eq!(
+            table_in(&readme),
+            guide,
+            "the README's exit codes and the guide's differ"
+        );
+    }
+    guide
+}
+
+fn table_in(markdown: &str) -> String {
+    let start = markdown
         .find("Exit codes:\n")
-        .expect("README has the exit-code table");
+        .expect("the page has the exit-code table");
     let end = start
-        + readme[start..]
+        + markdown[start..]
             .find("\n```")
             .expect("the table's block ends");
-    readme[start..end].to_string()
+    markdown[start..end].to_string()
 }
 
 #[tokio::test]

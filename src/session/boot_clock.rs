@@ -7,7 +7,7 @@
 //! `Held`. So the lease clock counts in *boot time*: tokio's instant plus the time the
 //! machine has spent suspended since this process first looked. On Linux that is
 //! `CLOCK_BOOTTIME − CLOCK_MONOTONIC`, which changes only while the machine is suspended
-//! (both are slewed alike by NTP). Elsewhere no suspend is counted (the crate docs say so).
+//! (both are slewed alike by NTP). Elsewhere no suspend is counted (the guide's safety model says so).
 //!
 //! Deadlines in boot time are slept on through [`BootClock::to_tokio`]: a suspend during
 //! the sleep makes it wake late in boot time, so whoever must act on a deadline (the keeper)

@@ -35,7 +35,7 @@ use tokio::time::Instant;
 
 use crate::error::LossReason;
 
-use super::{NodeEvent, NodeWatch, Shared};
+use super::{Counters, NodeEvent, NodeWatch, Shared};
 
 /// How many keepalive intervals after its grant a lease granted at once starts watching its
 /// node (see the module docs).
@@ -115,6 +115,7 @@ impl Holding {
                         Some(h) if h.loss().is_none() => {}
                         _ => return,
                     }
+                    Counters::bump(&shared.counters.lease_watches);
                     shared.wait_deleted(&node).await.is_ok()
                 }
             };

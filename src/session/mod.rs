@@ -112,6 +112,10 @@ pub struct SessionMetrics {
     /// Reconnections at which the servers granted a shorter session timeout, which the
     /// lease clock counts with from then on ([`Session::session_timeout`]).
     pub timeout_changes: u64,
+    /// Watches set on a held lease's own node (one `exists`, once per lease held longer than
+    /// a keepalive interval that was granted without one), so that its deletion by someone
+    /// else reaches it.
+    pub lease_watches: u64,
 }
 
 #[derive(Default)]
@@ -128,6 +132,7 @@ pub(crate) struct Counters {
     pub(crate) expiries: AtomicU64,
     pub(crate) reopen_attempts: AtomicU64,
     pub(crate) timeout_changes: AtomicU64,
+    pub(crate) lease_watches: AtomicU64,
 }
 
 impl Counters {
@@ -170,6 +175,7 @@ impl Shared {
             expiries: get(&c.expiries),
             reopen_attempts: get(&c.reopen_attempts),
             timeout_changes: get(&c.timeout_changes),
+            lease_watches: get(&c.lease_watches),
         }
     }
 
@@ -231,7 +237,7 @@ impl Drop for Inner {
 ///   renew it (see [`SessionOptions::server_tick_time`] for syncs). Without other traffic a
 ///   keepalive every `T/6` (a transaction that changes nothing, while a lease is held or an
 ///   acquire waits) keeps it running, and a holder is told `Lost` about `0.6 T` after the
-///   last answered one (the crate docs' safety model).
+///   last answered one ([the safety model](crate::guide::safety)).
 /// - A short disconnection that ends while the clock vouches costs nothing: leases stay, or
 ///   return from `Suspended` to, `Held`.
 /// - **It outlives an expiry.** When the ensemble expires the ZooKeeper session (or the
@@ -489,6 +495,15 @@ impl Session {
     /// None: `None` says the session has ended for good.
     pub async fn session_timeout_changed(&self) -> Option<Duration> {
         let start = self.session_timeout();
+        match self.follow_clock(|c| c.timeout != start).await {
+            ClockFollowed::Changed(clock) => Some(clock.timeout),
+            _ => None,
+        }
+    }
+
+    /// Follows the lease clock of this handle's ZooKeeper session (an unbound handle's into
+    /// each new one after an expiry) until `changed` says so, or nothing more can change.
+    async fn follow_clock(&self, changed: impl Fn(&clock::Clock) -> bool) -> ClockFollowed {
         let mut sessions = self.inner.current.subscribe();
         loop {
             let shared = match &self.bound {
@@ -497,22 +512,25 @@ impl Session {
             };
             let mut clock = shared.clock.clock.subscribe();
             let now = *clock.borrow_and_update();
-            if now.timeout != start {
-                return Some(now.timeout);
+            if changed(&now) {
+                return ClockFollowed::Changed(now);
             }
+            // Only an unbound handle follows its Session into a new ZooKeeper session.
             let next_session_may_come = self.bound.is_none() && self.inner.current.reopening();
             if now.state.is_terminal() && !next_session_may_come {
-                return None;
+                // Called after the end (no change since the start), or woken because
+                // reopening stopped: nothing more will change.
+                return ClockFollowed::Over;
             }
             tokio::select! {
-                changed = clock.changed(), if !now.state.is_terminal() => {
-                    if changed.is_err() {
-                        return None;
+                closed = clock.changed(), if !now.state.is_terminal() => {
+                    if closed.is_err() {
+                        return ClockFollowed::ClockGone;
                     }
                 }
-                changed = sessions.changed(), if next_session_may_come => {
-                    if changed.is_err() {
-                        return None;
+                closed = sessions.changed(), if next_session_may_come => {
+                    if closed.is_err() {
+                        return ClockFollowed::SessionGone;
                     }
                 }
             }
@@ -557,37 +575,16 @@ impl Session {
     /// how.
     pub async fn state_changed(&self) -> Option<SessionState> {
         let start = self.state();
-        let mut sessions = self.inner.current.subscribe();
-        loop {
-            let shared = match &self.bound {
-                Some(shared) => shared.clone(),
-                None => sessions.borrow_and_update().clone(),
-            };
-            let mut clock = shared.clock.clock.subscribe();
-            let now = clock.borrow_and_update().state;
-            if now != start {
-                return Some(now);
+        match self.follow_clock(|c| c.state != start).await {
+            ClockFollowed::Changed(clock) => Some(clock.state),
+            // Never "at once, the same state" on every call after the end.
+            ClockFollowed::Over => None,
+            ClockFollowed::ClockGone => {
+                (start != SessionState::Closed).then_some(SessionState::Closed)
             }
-            // Only an unbound handle follows its Session into a new ZooKeeper session.
-            let next_session_may_come = self.bound.is_none() && self.inner.current.reopening();
-            if now.is_terminal() && !next_session_may_come {
-                // Called after the end (no change since `start`), or woken because reopening
-                // stopped: the terminal state was already there to be seen, nothing more
-                // will change. Never "at once, the same state" on every call.
-                return None;
-            }
-            tokio::select! {
-                changed = clock.changed(), if !now.is_terminal() => {
-                    if changed.is_err() {
-                        return (start != SessionState::Closed).then_some(SessionState::Closed);
-                    }
-                }
-                changed = sessions.changed(), if next_session_may_come => {
-                    if changed.is_err() {
-                        let now = self.state();
-                        return (now != start).then_some(now);
-                    }
-                }
+            ClockFollowed::SessionGone => {
+                let now = self.state();
+                (now != start).then_some(now)
             }
         }
     }
@@ -651,6 +648,18 @@ impl Session {
     pub fn client(&self) -> zk::Client {
         self.shared().client.clone()
     }
+}
+
+/// How [`Session::follow_clock`] ended.
+enum ClockFollowed {
+    /// The clock changed as asked; its new reading.
+    Changed(clock::Clock),
+    /// The session ended for good: nothing more will change.
+    Over,
+    /// The clock's channel closed (the session's state is gone).
+    ClockGone,
+    /// The `Session`'s handle on its live ZooKeeper session closed.
+    SessionGone,
 }
 
 /// Opens one ZooKeeper session and starts its lease clock's keeper. `fail_eagerly`: give up

@@ -149,7 +149,7 @@ impl SessionOptions {
     /// Labels the session's lock metrics (crate feature `metrics`) with the lock's path too,
     /// not only with its kind. Off by default: lock paths can be unbounded (a lock per seat,
     /// per order), and every label value is a time series the monitoring system keeps.
-    /// Elections are always labelled by path (see the crate docs' *Metrics* table). Without
+    /// Elections are always labelled by path (see the guide's [metrics table](crate::guide::production#metrics-and-alerts)). Without
     /// the `metrics` feature it does nothing.
     ///
     /// ```

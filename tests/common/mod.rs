@@ -14,6 +14,7 @@ use zkfence::{Session, SessionOptions};
 use zkfence_testcontainers::Ensemble;
 
 pub mod curator;
+pub mod fleet;
 pub mod partition;
 
 /// The tick time of test ensembles: session timeouts may range over [0.4 s, 4 s].

@@ -1,7 +1,8 @@
 //! 6. Heartbeat cost of idle sessions: requests per second of a session holding 1 lease, of
 //!    one holding 100, and of one holding none, counted at the server over the same window,
 //!    with the lease clock's keepalive transactions per second (a holding session's keepalive
-//!    is a transaction that changes nothing; an idle one's is a `sync`).
+//!    is a transaction that changes nothing; an idle one's is a `sync`). The window starts
+//!    once every lease watches its own node (one `exists` each, once: issue 43).
 
 use std::time::Instant;
 
@@ -46,6 +47,22 @@ impl Idle {
             .map(|i| many.lock(&bench.path(&format!("keepalive/many/{i}"))))
             .collect();
         leases.extend(futures::future::try_join_all(locks.iter().map(|l| l.acquire())).await?);
+        // Each lease held longer than a keepalive interval watches its node once (one
+        // `exists`, so a deletion by someone else reaches it): a one-time cost per lease,
+        // counted apart. The window counts the heartbeats after it.
+        let watched = |s: &Session, n: u64| s.metrics().lease_watches >= n;
+        let deadline = Instant::now() + SESSION_TIMEOUT;
+        while !(watched(&one, 1) && watched(&many, MANY as u64)) {
+            if Instant::now() > deadline {
+                return Err(format!(
+                    "the held leases did not watch their nodes within {SESSION_TIMEOUT:?}: {} and {} of 1 and {MANY}",
+                    one.metrics().lease_watches,
+                    many.metrics().lease_watches
+                )
+                .into());
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
         touch([one.client(), many.client(), none.client()]).await?;
         let before = bench
             .counted_each(&[one.id(), many.id(), none.id()])

@@ -8,6 +8,7 @@ pub mod herd;
 pub mod keepalive;
 pub mod multi;
 pub mod parallel;
+pub mod partitions;
 mod queue;
 pub mod round_trips;
 pub mod scale;

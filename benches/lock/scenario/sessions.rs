@@ -15,7 +15,7 @@ use crate::{progress, Result};
 const CONNECT_BATCH: usize = 50;
 
 /// The last transaction id the connected server applied (`Zxid:` in `srvr`).
-async fn zxid(bench: &Bench) -> Result<u64> {
+pub async fn zxid(bench: &Bench) -> Result<u64> {
     let text = bench.zk.four_letter(bench.node, "srvr").await?;
     let hex = text
         .lines()
