@@ -455,13 +455,14 @@ pub(crate) enum Command {
     /// CLIENTS contender processes, each with its own session through its own connection,
     /// drive the RECIPEs (a lock by default; --recipe mixed for all): acquire, write (token,
     /// client, sequence) to a register that a fence per resource guards (and through
-    /// Lease::fenced_write, and with --postgres to PostgreSQL), hold a random time, release
-    /// or drop. Faults from a seeded schedule start and heal meanwhile, one or more at a
-    /// time. Then the checker applies each recipe's rules (one holder, one leader, readers
-    /// together and a writer alone, at most PERMITS holders, a multi-lock's paths together;
-    /// the old holder told first; tokens in order), the fences' rules, a grant after every
-    /// heal, a holder told of its deleted node in time, and no leftover nodes or processes
-    /// (see the guide, zkfence::guide::chaos).
+    /// Lease::fenced_write, and with --sink to each STORE through its fence), hold a random
+    /// time, release or drop. Faults from a seeded schedule start and heal meanwhile, one or
+    /// more at a time. Then the checker applies each recipe's rules (one holder, one leader,
+    /// readers together and a writer alone, at most PERMITS holders, a multi-lock's paths
+    /// together, one owner per item; the old holder told first; tokens in order), each
+    /// fence's rules by its own record, a grant after every heal, a holder told of its
+    /// deleted node in time, and no leftover nodes or processes (see the guide,
+    /// zkfence::guide::chaos).
     ///
     /// Prints a one-line summary; writes DIR/history.jsonl and DIR/timeline.svg. Exits 1
     /// if the checker found a violation (each is printed with the events around it).

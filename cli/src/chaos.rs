@@ -27,8 +27,9 @@ pub struct Args {
     #[arg(long, value_delimiter = ',', value_name = "KIND,...")]
     faults: Vec<FaultKind>,
     /// The recipes the contenders drive, comma-separated: lock, election, rwlock, semaphore,
-    /// multi, or mixed (all of them); each hold is of one of them, chosen at random, and the
-    /// checker applies each recipe's rules to its grants.
+    /// multi, partitions, or mixed (all of them); each hold (for partitions, a membership) is
+    /// of one of them, chosen at random, and the checker applies each recipe's rules to its
+    /// grants.
     #[arg(long, default_value = "lock", value_parser = parse_recipes, value_name = "RECIPE,...")]
     recipe: Recipes,
     /// The semaphore's permits (with --recipe semaphore or mixed): fewer than --clients.

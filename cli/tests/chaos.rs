@@ -97,7 +97,14 @@ async fn a_minute_of_every_recipe_and_fault_kind_with_every_store_finds_no_viola
     );
     assert!(count("granted") >= 10, "{summary}");
     // Every recipe was granted, and its grants counted in the summary.
-    for recipe in ["lock", "election", "rwlock", "semaphore", "multi"] {
+    for recipe in [
+        "lock",
+        "election",
+        "rwlock",
+        "semaphore",
+        "multi",
+        "partitions",
+    ] {
         let n = events
             .iter()
             .filter(|e| e["event"] == "granted" && e["recipe"] == recipe)

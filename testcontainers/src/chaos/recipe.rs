@@ -32,16 +32,22 @@ pub enum Recipe {
     /// [`Session::multi_lock`](zkfence::Session::multi_lock) of two of three paths, named in
     /// a random order: each path held by one at a time, all of a grant's paths together.
     Multi,
+    /// [`Session::partitions`](zkfence::Session::partitions) of a few items: a contender is a
+    /// member for a while (one to three session timeouts), owning the items the assignment
+    /// gives it and releasing those it is asked to; each item is a resource with one owner at
+    /// a time.
+    Partitions,
 }
 
 impl Recipe {
     /// Every recipe, in a fixed order (what `mixed` means).
-    pub const ALL: [Recipe; 5] = [
+    pub const ALL: [Recipe; 6] = [
         Recipe::Lock,
         Recipe::Election,
         Recipe::Rwlock,
         Recipe::Semaphore,
         Recipe::Multi,
+        Recipe::Partitions,
     ];
 
     /// The name used on the command line and in the history (`lock`, `rwlock`, ...).
@@ -52,6 +58,7 @@ impl Recipe {
             Recipe::Rwlock => "rwlock",
             Recipe::Semaphore => "semaphore",
             Recipe::Multi => "multi",
+            Recipe::Partitions => "partitions",
         }
     }
 
@@ -64,16 +71,21 @@ impl Recipe {
             Recipe::Rwlock => "/zkfence-chaos/rwlock",
             Recipe::Semaphore => "/zkfence-chaos/semaphore",
             Recipe::Multi => "/zkfence-chaos/multi",
+            Recipe::Partitions => "/zkfence-chaos/partitions",
         }
     }
 
     /// The resources the recipe's grants name in the history (each with rules of its own):
-    /// the lock directory, or the multi-lock's three.
+    /// the lock directory, the multi-lock's three, or each item's lock directory (the
+    /// partitions' layout, `{path}/locks/{item}`).
     pub fn resources(self) -> Vec<String> {
         match self {
             Recipe::Multi => MULTI_LOCKS
                 .iter()
                 .map(|l| format!("{}/{l}", self.path()))
+                .collect(),
+            Recipe::Partitions => (0..PARTITION_ITEMS)
+                .map(|item| format!("{}/locks/{item}", self.path()))
                 .collect(),
             _ => vec![self.path().to_string()],
         }
@@ -87,6 +99,9 @@ impl Recipe {
                 format!("{}/locks", self.path()),
                 format!("{}/leases", self.path()),
             ],
+            Recipe::Partitions => std::iter::once(format!("{}/party", self.path()))
+                .chain(self.resources())
+                .collect(),
             _ => self.resources(),
         }
     }
@@ -124,11 +139,16 @@ impl Recipe {
     }
 }
 
-/// The node a resource's fenced writes into ZooKeeper go to (beside its lock directory;
-/// the campaign makes it before the contenders start).
+/// The node a resource's fenced writes into ZooKeeper go to: under a tree of its own, away
+/// from the recipes' directories, whose children the recipes read (the campaign makes it
+/// before the contenders start).
 pub(crate) fn data_node(resource: &str) -> String {
-    format!("{resource}-data")
+    format!("/zkfence-chaos-data{resource}")
 }
+
+/// How many items the partitions divide (fewer than the usual five contenders, so that some
+/// members own none and items move as members come and go).
+pub(crate) const PARTITION_ITEMS: usize = 4;
 
 /// The plain lock's path (and the resource of every grant in histories written before the
 /// campaign drove other recipes).

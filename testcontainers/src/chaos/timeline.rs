@@ -50,6 +50,7 @@ fn hold_color(recipe: Recipe) -> RGBColor {
         Recipe::Rwlock => RGBColor(0, 140, 140),
         Recipe::Semaphore => RGBColor(190, 120, 20),
         Recipe::Multi => RGBColor(40, 140, 60),
+        Recipe::Partitions => RGBColor(200, 60, 120),
     }
 }
 /// The rest of a hold once its holder was blinded: it believes it holds, but cannot know.

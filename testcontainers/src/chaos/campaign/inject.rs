@@ -296,11 +296,10 @@ impl Campaign {
     async fn delete_a_waiter(&self, rng: &mut Rng) -> Option<String> {
         let client = self.admin.client();
         let step = self.config.session_timeout;
-        let mut queues: Vec<String> = self
-            .config
-            .recipes
-            .iter()
+        // A partition set's party is not a queue of waiters: every member is admitted.
+        let mut queues: Vec<String> = (self.config.recipes.iter())
             .flat_map(|r| r.queues())
+            .filter(|q| !q.ends_with("/party"))
             .collect();
         // Every queue in a random order, the first with a waiter gives the victim.
         for i in (1..queues.len()).rev() {

@@ -2,7 +2,7 @@
 //! history written by hand. One history (the records on one clock) and one file per concern
 //! over it: `holds.rs` makes the holds, the intervals every recipe's rules are about, and
 //! says what "at the same time" means; each recipe's file judges its holds (`lock.rs`,
-//! `election.rs`, `rwlock.rs`, `semaphore.rs`, `multi.rs`); `told.rs` judges what a holder
+//! `election.rs`, `rwlock.rs`, `semaphore.rs`, `multi.rs`, `partitions.rs`); `told.rs` judges what a holder
 //! whose node an operator deleted was told; `register.rs`, `zk.rs` and `stores.rs` judge
 //! each store's record of the writes; `campaign.rs` the campaign's own rules (progress, a
 //! clean end).
@@ -25,9 +25,11 @@
 //!    ([`Rule::TwoLeaders`]); a read/write lock's readers share it and a writer holds it
 //!    alone ([`Rule::WriterNotAlone`]); a semaphore has at most `permits` holders
 //!    ([`Rule::TooManyHolders`]); and a multi-lock's grant holds every path it asked for
-//!    ([`Rule::MultiPartial`]).
+//!    ([`Rule::MultiPartial`]); a partition set's item has one owner (`an item owned
+//!    twice`, [`Rule::ItemOverlap`]).
 //! 2. **Tokens grow** in grant order, per resource ([`Rule::TokenOrder`],
-//!    [`Rule::LeaderTokenOrder`], [`Rule::MultiTokenOrder`]); a read/write lock's writer's
+//!    [`Rule::LeaderTokenOrder`], [`Rule::MultiTokenOrder`], [`Rule::ItemTokenOrder`]); a
+//!    read/write lock's writer's
 //!    token is larger than every earlier grant's, a reader's than every earlier writer's
 //!    ([`Rule::RwTokenOrder`]). A semaphore's permits are granted in no token order (see
 //!    `semaphore.rs`).
@@ -73,6 +75,7 @@ pub(crate) mod fixtures;
 mod holds;
 mod lock;
 mod multi;
+mod partitions;
 mod register;
 mod rwlock;
 mod semaphore;
@@ -110,6 +113,10 @@ pub enum Rule {
     MultiTokenOrder,
     /// A multi-lock's grant did not hold every path it asked for.
     MultiPartial,
+    /// A partition set's item was granted to a member while another owned it.
+    ItemOverlap,
+    /// An item's token was not larger than its previous grant's.
+    ItemTokenOrder,
     /// A holder whose node an operator deleted was not told within the bound.
     HolderNotTold,
     /// The register accepted a write older than a token it had seen.
@@ -169,6 +176,8 @@ impl fmt::Display for Rule {
             Rule::MultiOverlap => "a multi-lock's path held twice",
             Rule::MultiTokenOrder => "multi-lock tokens out of order",
             Rule::MultiPartial => "a multi-lock's paths not held together",
+            Rule::ItemOverlap => "an item owned twice",
+            Rule::ItemTokenOrder => "item tokens out of order",
             Rule::HolderNotTold => "a holder whose node was deleted was not told",
             Rule::StaleWriteAccepted => "stale write accepted",
             Rule::CurrentWriteRefused => "current write refused",
@@ -285,6 +294,7 @@ pub fn check(history: &[Record]) -> Vec<Violation> {
     rwlock::check(&holds, &mut found);
     semaphore::check(&h, &holds, &mut found);
     multi::check(&holds, &mut found);
+    partitions::check(&holds, &mut found);
     told::check(&h, &holds, &mut found);
     register::check(&h, &mut found);
     zk::check(&h, &holds, &mut found);

@@ -101,6 +101,10 @@ pub(super) async fn acquire(
                 Err(_) => Err(NotGranted::TimedOut),
             }
         }
+        // A membership, not one grant: see `partitions.rs`.
+        Recipe::Partitions => Err(NotGranted::Failed(
+            "partitions are joined, not acquired".into(),
+        )),
         Recipe::Multi => {
             // Two of the three, named in a random order: the order must not matter.
             let skip = rng.below(MULTI_LOCKS.len() as u64) as usize;

@@ -18,6 +18,7 @@ use zkfence::zookeeper_client as zk;
 use zkfence::{Error, FencedOp, Session, SessionOptions, SessionState};
 
 mod held;
+mod partitions;
 mod stores;
 
 use super::faults::Rng;
@@ -155,6 +156,14 @@ impl Contender {
         while !*stop.borrow() {
             let recipes = &self.c.recipes;
             let recipe = recipes[self.rng.below(recipes.len() as u64) as usize];
+            if recipe == Recipe::Partitions {
+                let membership =
+                    self.membership(&session, &id, &mut register, &mut sinks, &mut stop);
+                if membership.await {
+                    break;
+                }
+                continue;
+            }
             let acquiring = held::acquire(
                 &session,
                 recipe,
@@ -252,20 +261,14 @@ impl Contender {
                     let mut admitted = true;
                     for part in held.parts() {
                         *seq += 1;
-                        let token = part.lease.token().get();
-                        if recipe.fences_by_token() {
-                            match register.send(client, token, *seq, &part.path, read).await {
-                                Ok(ok) => admitted &= ok,
-                                Err(_) => return Outcome::Stop,
-                            }
-                            if !read {
-                                for sink in sinks.iter_mut() {
-                                    admitted &= sink.write(c, token, *seq, &part.path).await;
-                                }
-                            }
-                        }
-                        if fenced_in_zk && !read {
-                            admitted &= zk_write(c, &part, *seq, t).await;
+                        let how = Writes {
+                            recipe,
+                            read,
+                            fenced_in_zk,
+                        };
+                        match write_resource(c, register, sinks, how, &part, *seq, t).await {
+                            Ok(ok) => admitted &= ok,
+                            Err(()) => return Outcome::Stop,
                         }
                     }
                     if !admitted {
@@ -356,6 +359,47 @@ impl Contender {
         }
         outcome
     }
+}
+
+/// How a grant's steps write.
+#[derive(Clone, Copy)]
+struct Writes {
+    recipe: Recipe,
+    /// A read lock's reader: it reads the register, and writes nowhere.
+    read: bool,
+    /// Whether it also writes through `Lease::fenced_write`.
+    fenced_in_zk: bool,
+}
+
+/// One step's writes to one resource the grant holds, to every store, whatever the others
+/// said: the register (a reader reads it), each `--sink` store, and with `fenced_in_zk`
+/// ZooKeeper. `Ok(false)` if any refused; `Err` if the register is gone (the campaign ended).
+async fn write_resource(
+    c: &ContenderConfig,
+    register: &mut Register,
+    sinks: &mut [StoreWriter],
+    how: Writes,
+    part: &Part<'_>,
+    seq: u64,
+    t: Duration,
+) -> Result<bool, ()> {
+    let token = part.lease.token().get();
+    let mut admitted = true;
+    if how.recipe.fences_by_token() {
+        admitted &= (register
+            .send(c.client, token, seq, &part.path, how.read)
+            .await)
+            .map_err(|_| ())?;
+        if !how.read {
+            for sink in sinks.iter_mut() {
+                admitted &= sink.write(c, token, seq, &part.path).await;
+            }
+        }
+    }
+    if how.fenced_in_zk && !how.read {
+        admitted &= zk_write(c, part, seq, t).await;
+    }
+    Ok(admitted)
 }
 
 /// Writes (client, token, seq) into ZooKeeper through `part`'s lease
