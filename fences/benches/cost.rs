@@ -582,7 +582,7 @@ async fn main() -> ExitCode {
         let extra = r.round_trips.1 - r.round_trips.0;
         // Half a round trip of slack: a fence that costs one more round trip than its
         // design adds a whole one to every write, while turns split by a slow client's
-        // pipelining (seen at load 20: PostgreSQL's fence 1.2 a write in one batch) stay
+        // pipelining (seen in CI at load 5-8: PostgreSQL's fence 1.2 a write in one batch) stay
         // below half of one in the fewest of three batches.
         if check && extra > allowed_extra_round_trips(r.store) + 0.5 {
             eprintln!(
