@@ -11,9 +11,11 @@
 //!   `--quick`), each batch's median per write; the report is the median of the paired
 //!   ratios with their min and max, and the median added time per write. Never compare
 //!   figures of two runs (see BENCHMARKING.md).
-//! - **Round trips**, which noise cannot move: each arm's writes again through a loopback
-//!   proxy that counts turns (the client speaking after the server spoke) on the wire.
-//!   `--check` fails the run if a fence adds more round trips than its design says.
+//! - **Round trips**: each arm's writes again through a loopback proxy that counts turns (the
+//!   client speaking after the server spoke) on the wire, the fewest of three batches (noise
+//!   only adds turns: a frame the server sends on its own, an answer split across reads).
+//!   `--check` fails the run if a fence adds a round trip more than its design says (half a
+//!   round trip a write is allowed for turns a slow client's pipelining splits).
 //!
 //! ```text
 //! cargo bench -p zkfence-fences --all-features --bench cost            # 9 pairs x 100 writes
@@ -528,15 +530,24 @@ async fn main() -> ExitCode {
                 token += 1;
                 arm.write(fenced, token).await;
             }
-            // Settle: nothing of the warm-up in flight.
-            tokio::time::sleep(Duration::from_millis(50)).await;
-            let before = proxy.turns();
-            for _ in 0..counted {
-                token += 1;
-                arm.write(fenced, token).await;
+            // Three batches, the fewest turns: a turn is counted whenever the client speaks
+            // after the server did, so a frame the server sends on its own (an HTTP/2 ping or
+            // window update, a notice) or an answer split across reads on a loaded machine
+            // only ever adds turns (the first CI run of the bench saw PostgreSQL's fence add
+            // 1.2 a write, etcd's 0.1, where full runs show 1 and 0).
+            let mut fewest = f64::MAX;
+            for _ in 0..3 {
+                // Settle: nothing of the warm-up (or the batch before) in flight.
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                let before = proxy.turns();
+                for _ in 0..counted {
+                    token += 1;
+                    arm.write(fenced, token).await;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                fewest = fewest.min((proxy.turns() - before) as f64 / counted as f64);
             }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-            per_write[fenced as usize] = (proxy.turns() - before) as f64 / counted as f64;
+            per_write[fenced as usize] = fewest;
         }
         rows[i].round_trips = (per_write[0], per_write[1]);
     }
@@ -569,7 +580,11 @@ async fn main() -> ExitCode {
             r.round_trips.1
         );
         let extra = r.round_trips.1 - r.round_trips.0;
-        if check && extra > allowed_extra_round_trips(r.store) + 0.05 {
+        // Half a round trip of slack: a fence that costs one more round trip than its
+        // design adds a whole one to every write, while turns split by a slow client's
+        // pipelining (seen in CI at load 5-8: PostgreSQL's fence 1.2 a write in one batch) stay
+        // below half of one in the fewest of three batches.
+        if check && extra > allowed_extra_round_trips(r.store) + 0.5 {
             eprintln!(
                 "check failed: the {} fence adds {extra:.2} round trips a write (allowed {})",
                 r.store,
