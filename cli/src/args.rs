@@ -3,6 +3,9 @@
 //! `--help`, the man pages and the shell completions are all generated from these, so this
 //! is the one source of what the CLI accepts and says about itself. `main.rs` turns a parsed
 //! [`Cli`] into a job and runs it; the subcommand modules take the checked values, not these.
+// The doc comments below are clap's --help text, written for a terminal (`[/chroot]`,
+// `${fpath[1]}`): rustdoc would read their brackets as links.
+#![allow(rustdoc::broken_intra_doc_links)]
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

@@ -17,7 +17,7 @@ pub fn write(bytes: &[u8]) -> std::io::Result<()> {
     }
 }
 
-/// [`write`] of a report, any other error a [`Failure`] naming `what`.
+/// [`write()`] of a report, any other error a [`Failure`] naming `what`.
 pub fn report(what: &str, text: &str) -> Result<(), Failure> {
     write(text.as_bytes())
         .map_err(|e| Failure::new(exit::ERROR, format!("cannot write the {what}: {e}")))
