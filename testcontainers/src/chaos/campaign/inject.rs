@@ -102,12 +102,14 @@ impl Campaign {
                 // the shorter timeout is issue 43's case).
                 drop(slot);
                 tokio::time::sleep(p.lasts).await;
-                // The restore waits for room as long as other server faults can last; a server
-                // that never started again keeps its slot for good, and then the servers keep
-                // the shorter timeout (the fault is never healed, as that server's).
+                // The restore waits for room, before any new server fault (`queue_heal`), as
+                // long as other server faults can last; a server that never started again
+                // keeps its slot for good, and then the servers keep the shorter timeout (the
+                // fault is never healed, as that server's).
                 let deadline = Instant::now() + self.config.session_timeout * 10;
+                let turn = self.servers.queue_heal();
                 let mut slot = loop {
-                    if let Some(r) = self.servers.try_reserve() {
+                    if let Some(r) = turn.try_reserve() {
                         break r;
                     }
                     if Instant::now() > deadline {
@@ -119,6 +121,7 @@ impl Campaign {
                     }
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 };
+                drop(turn);
                 if !self
                     .rolling_restart(self.max_session_timeout(), id, &mut slot)
                     .await
