@@ -15,7 +15,7 @@
 //! ([`TlsMaterial`], by the `openssl` command), client certificates as identities, SASL
 //! DIGEST-MD5 users.
 //!
-//! With the feature `chaos`, [`chaos::run`] runs a randomized fault campaign against an
+//! With the feature `chaos`, `chaos::run` runs a randomized fault campaign against an
 //! ensemble and checks its whole history (the `zkfence chaos` command).
 //!
 //! [`Postgres`] starts a throwaway PostgreSQL server the same way (Debian's `postgresql`
