@@ -8,31 +8,9 @@ mod process;
 use std::time::Duration;
 
 use common::{eventually, shared_ensemble, unique_path};
-use process::{run, zkfence};
-use tokio::process::Child;
+use process::{holding, run, zkfence};
 
 const RUN: Duration = Duration::from_secs(30);
-
-/// Starts `zkfence exec ARGS... -- sh -c 'touch FILE; exec sleep 60'` and waits until CMD
-/// runs (FILE exists).
-async fn holding(connect: &str, args: &[&str], name: &str) -> Child {
-    let file = std::env::temp_dir().join(format!(
-        "zkfence-newcomer-{name}-{}",
-        uuid::Uuid::new_v4().simple()
-    ));
-    let script = format!("touch {}; exec sleep 60", file.display());
-    let mut all: Vec<&str> = vec!["exec"];
-    all.extend_from_slice(args);
-    all.extend_from_slice(&["--", "sh", "-c", &script]);
-    let child = zkfence(connect, &all).spawn().unwrap();
-    eventually(Duration::from_secs(20), &format!("{name} runs CMD"), || {
-        let file = file.clone();
-        async move { file.exists() }
-    })
-    .await;
-    let _ = std::fs::remove_file(&file);
-    child
-}
 
 // ---- item 1 ------------------------------------------------------------------------------
 

@@ -9,9 +9,9 @@ mod process;
 use std::net::TcpListener;
 use std::time::Duration;
 
-use common::{connect, eventually, shared_ensemble, unique_path, until_children};
-use process::{bin, run, zkfence};
-use tokio::process::{Child, Command};
+use common::{connect, shared_ensemble, unique_path, until_children};
+use process::{bin, holding, run, zkfence};
+use tokio::process::Command;
 use tokio::time::Instant;
 
 /// A port that accepts TCP connections (the kernel's backlog does) but never answers: an
@@ -32,27 +32,6 @@ fn zkfence_bare(args: &[&str]) -> Command {
         .stderr(std::process::Stdio::piped())
         .kill_on_drop(true);
     cmd
-}
-
-/// Starts `zkfence exec ARGS... -- sh -c 'touch FILE; exec sleep 60'` and waits until CMD
-/// runs (FILE exists).
-async fn holding(connect: &str, args: &[&str], name: &str) -> Child {
-    let file = std::env::temp_dir().join(format!(
-        "zkfence-usage-{name}-{}",
-        uuid::Uuid::new_v4().simple()
-    ));
-    let script = format!("touch {}; exec sleep 60", file.display());
-    let mut all: Vec<&str> = vec!["exec"];
-    all.extend_from_slice(args);
-    all.extend_from_slice(&["--", "sh", "-c", &script]);
-    let child = zkfence(connect, &all).spawn().unwrap();
-    eventually(Duration::from_secs(20), &format!("{name} runs CMD"), || {
-        let file = file.clone();
-        async move { file.exists() }
-    })
-    .await;
-    let _ = std::fs::remove_file(&file);
-    child
 }
 
 // ---- issue 21 item 4 -------------------------------------------------------------------

@@ -110,3 +110,27 @@ pub async fn finish(mut child: Child, limit: Duration) -> Ran {
         took: started.elapsed(),
     }
 }
+
+/// Starts `zkfence exec ARGS... -- sh -c 'touch FILE; exec sleep 60'` and waits (at most 20 s)
+/// until CMD runs (FILE exists): a holder for a test to contend with.
+pub async fn holding(connect: &str, args: &[&str], name: &str) -> Child {
+    let file = std::env::temp_dir().join(format!(
+        "zkfence-holding-{name}-{}",
+        uuid::Uuid::new_v4().simple()
+    ));
+    let script = format!("touch {}; exec sleep 60", file.display());
+    let mut all: Vec<&str> = vec!["exec"];
+    all.extend_from_slice(args);
+    all.extend_from_slice(&["--", "sh", "-c", &script]);
+    let child = zkfence(connect, &all).spawn().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !file.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "{name} did not run CMD within 20 s"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let _ = std::fs::remove_file(&file);
+    child
+}
