@@ -59,26 +59,6 @@ print("FINISHED", flush=True)
 zk.stop()
 "#;
 
-/// A Python that can import kazoo (see `lock_interop.rs`); `None` skips, never in CI.
-fn python_with_kazoo() -> Option<&'static str> {
-    let found = ["/usr/bin/python3", "python3"].into_iter().find(|py| {
-        std::process::Command::new(py)
-            .args(["-c", "import kazoo"])
-            .stderr(Stdio::null())
-            .status()
-            .map(|s| s.success())
-            .unwrap_or(false)
-    });
-    if found.is_none() {
-        eprintln!("python3-kazoo is not installed: skipping (apt-get install -y python3-kazoo)");
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "CI must have python3-kazoo"
-        );
-    }
-    found
-}
-
 /// What the Kazoo member said, as intervals per item on this process's clock.
 #[derive(Default)]
 struct KazooHistory {

@@ -158,3 +158,25 @@ pub fn queue_order(mut names: Vec<String>) -> Vec<String> {
 pub fn name_of(path: &str) -> &str {
     path.rsplit('/').next().unwrap_or(path)
 }
+
+/// A Python that can import kazoo: Debian's `python3-kazoo` lives in the system Python,
+/// which may not be the first `python3` on `PATH`. `None` means skip the test: allowed on a
+/// developer machine without kazoo, never in CI (`.ci/install-deps` installs it).
+pub fn python_with_kazoo() -> Option<&'static str> {
+    let found = ["/usr/bin/python3", "python3"].into_iter().find(|py| {
+        std::process::Command::new(py)
+            .args(["-c", "import kazoo"])
+            .stderr(std::process::Stdio::null())
+            .status()
+            .map(|s| s.success())
+            .unwrap_or(false)
+    });
+    if found.is_none() {
+        eprintln!("python3-kazoo is not installed: skipping (apt-get install -y python3-kazoo)");
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI must have python3-kazoo"
+        );
+    }
+    found
+}
