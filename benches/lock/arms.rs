@@ -225,23 +225,28 @@ pub async fn peer_release(client: &zkc::Client, lock: zkc::LockClient<'_>) -> Re
 }
 
 // ---------------------------------------------------------------------------------------------
-// Python Kazoo, through benches/kazoo_driver.py
+// Python Kazoo drivers: a script that reads one JSON command a line and answers one JSON line
 // ---------------------------------------------------------------------------------------------
 
-pub struct Kazoo {
+/// A Kazoo driver process (benches/kazoo_driver.py, benches/kazoo_partitioner.py), the one
+/// way both Kazoo arms start, talk to and stop their script.
+struct KazooDriver {
+    /// What error messages call it ("Kazoo driver").
+    name: &'static str,
     child: tokio::process::Child,
-    pub pid: u32,
     stdin: tokio::process::ChildStdin,
     lines: tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
-    /// The session of the uncontended cycles.
-    pub single: i64,
-    /// The sessions of the handoff.
-    pub contended: Vec<i64>,
 }
 
-impl Kazoo {
-    /// Starts the driver with the first Python that imports `kazoo`; `None` if there is none.
-    pub async fn start(bench: &Bench) -> Result<Option<Kazoo>> {
+impl KazooDriver {
+    /// Starts `script` (under `benches/`) with `args` on the first Python that imports
+    /// `kazoo`; `None`, said as `skipping`, if there is none.
+    async fn start(
+        name: &'static str,
+        script: &str,
+        args: &[String],
+        skipping: &str,
+    ) -> Result<Option<KazooDriver>> {
         let python = ["python3", "/usr/bin/python3"].into_iter().find(|py| {
             std::process::Command::new(py)
                 .args(["-c", "import kazoo"])
@@ -251,43 +256,24 @@ impl Kazoo {
                 .is_ok_and(|s| s.success())
         });
         let Some(python) = python else {
-            progress("python3 cannot import kazoo (Debian: apt-get install python3-kazoo): skipping Kazoo");
+            progress(format!("python3 cannot import kazoo: {skipping}"));
             return Ok(None);
         };
-        let driver = concat!(env!("CARGO_MANIFEST_DIR"), "/benches/kazoo_driver.py");
         let mut child = tokio::process::Command::new(python)
-            .arg(driver)
-            .arg(&bench.connect)
-            .arg(bench.plan.contenders.to_string())
-            .arg(SESSION_TIMEOUT.as_secs().to_string())
+            .arg(format!("{}/benches/{script}", env!("CARGO_MANIFEST_DIR")))
+            .args(args)
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
             .kill_on_drop(true)
             .spawn()?;
         let stdin = child.stdin.take().ok_or("driver stdin")?;
         let lines = BufReader::new(child.stdout.take().ok_or("driver stdout")?).lines();
-        let pid = child.id().ok_or("the Kazoo driver exited")?;
-        let mut kazoo = Kazoo {
+        Ok(Some(KazooDriver {
+            name,
             child,
-            pid,
             stdin,
             lines,
-            single: 0,
-            contended: vec![],
-        };
-        let hello = kazoo.read().await?;
-        kazoo.single = hello["single"].as_i64().ok_or("driver: no session id")?;
-        kazoo.contended = hello["contended"]
-            .as_array()
-            .ok_or("driver: no session ids")?
-            .iter()
-            .filter_map(Value::as_i64)
-            .collect();
-        progress(format!(
-            "Kazoo {} on Python {} found",
-            hello["kazoo"], hello["python"]
-        ));
-        Ok(Some(kazoo))
+        }))
     }
 
     async fn read(&mut self) -> Result<Value> {
@@ -295,10 +281,10 @@ impl Kazoo {
             .lines
             .next_line()
             .await?
-            .ok_or("the Kazoo driver exited")?;
+            .ok_or_else(|| format!("the {} exited", self.name))?;
         let value: Value = serde_json::from_str(&line)?;
         if let Some(error) = value.get("error") {
-            return Err(format!("Kazoo driver: {error}").into());
+            return Err(format!("{}: {error}", self.name).into());
         }
         Ok(value)
     }
@@ -309,6 +295,70 @@ impl Kazoo {
             .await?;
         self.stdin.flush().await?;
         self.read().await
+    }
+
+    async fn quit(mut self) {
+        let _ = self.stdin.write_all(b"{\"cmd\": \"quit\"}\n").await;
+        let _ = self.stdin.flush().await;
+        if tokio::time::timeout(Duration::from_secs(10), self.child.wait())
+            .await
+            .is_err()
+        {
+            let _ = self.child.kill().await;
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Python Kazoo, through benches/kazoo_driver.py
+// ---------------------------------------------------------------------------------------------
+
+pub struct Kazoo {
+    driver: KazooDriver,
+    pub pid: u32,
+    /// The session of the uncontended cycles.
+    pub single: i64,
+    /// The sessions of the handoff.
+    pub contended: Vec<i64>,
+}
+
+impl Kazoo {
+    /// Starts the driver with the first Python that imports `kazoo`; `None` if there is none.
+    pub async fn start(bench: &Bench) -> Result<Option<Kazoo>> {
+        let args = [
+            bench.connect.clone(),
+            bench.plan.contenders.to_string(),
+            SESSION_TIMEOUT.as_secs().to_string(),
+        ];
+        let skipping = "skipping Kazoo (Debian: apt-get install python3-kazoo)";
+        let Some(mut driver) =
+            KazooDriver::start("Kazoo driver", "kazoo_driver.py", &args, skipping).await?
+        else {
+            return Ok(None);
+        };
+        let pid = driver.child.id().ok_or("the Kazoo driver exited")?;
+        let hello = driver.read().await?;
+        let single = hello["single"].as_i64().ok_or("driver: no session id")?;
+        let contended = hello["contended"]
+            .as_array()
+            .ok_or("driver: no session ids")?
+            .iter()
+            .filter_map(Value::as_i64)
+            .collect();
+        progress(format!(
+            "Kazoo {} on Python {} found",
+            hello["kazoo"], hello["python"]
+        ));
+        Ok(Some(Kazoo {
+            driver,
+            pid,
+            single,
+            contended,
+        }))
+    }
+
+    async fn call(&mut self, command: Value) -> Result<Value> {
+        self.driver.call(command).await
     }
 
     /// One read on each of the driver's sessions (see `server::touch`).
@@ -330,15 +380,8 @@ impl Kazoo {
         samples_from(&answer)
     }
 
-    pub async fn quit(mut self) {
-        let _ = self.stdin.write_all(b"{\"cmd\": \"quit\"}\n").await;
-        let _ = self.stdin.flush().await;
-        if tokio::time::timeout(Duration::from_secs(10), self.child.wait())
-            .await
-            .is_err()
-        {
-            let _ = self.child.kill().await;
-        }
+    pub async fn quit(self) {
+        self.driver.quit().await
     }
 }
 
@@ -365,59 +408,25 @@ fn samples_from(answer: &Value) -> Result<Samples> {
 /// Members of Kazoo partition sets, each a `SetPartitioner` on a session of its own, run by
 /// the driver process.
 pub struct KazooPartitioner {
-    child: tokio::process::Child,
-    stdin: tokio::process::ChildStdin,
-    lines: tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
+    driver: KazooDriver,
 }
 
 impl KazooPartitioner {
     /// Starts the driver with the first Python that imports `kazoo`; `None` if there is none.
     pub async fn start(bench: &Bench) -> Result<Option<KazooPartitioner>> {
-        let python = ["python3", "/usr/bin/python3"].into_iter().find(|py| {
-            std::process::Command::new(py)
-                .args(["-c", "import kazoo"])
-                .stdout(std::process::Stdio::null())
-                .stderr(std::process::Stdio::null())
-                .status()
-                .is_ok_and(|s| s.success())
-        });
-        let Some(python) = python else {
-            progress("python3 cannot import kazoo: skipping Kazoo's SetPartitioner");
-            return Ok(None);
-        };
-        let driver = concat!(env!("CARGO_MANIFEST_DIR"), "/benches/kazoo_partitioner.py");
-        let mut child = tokio::process::Command::new(python)
-            .arg(driver)
-            .arg(&bench.connect)
-            .arg(SESSION_TIMEOUT.as_secs().to_string())
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()?;
-        let stdin = child.stdin.take().ok_or("driver stdin")?;
-        let lines = BufReader::new(child.stdout.take().ok_or("driver stdout")?).lines();
-        Ok(Some(KazooPartitioner {
-            child,
-            stdin,
-            lines,
-        }))
+        let args = [bench.connect.clone(), SESSION_TIMEOUT.as_secs().to_string()];
+        let driver = KazooDriver::start(
+            "Kazoo partitioner driver",
+            "kazoo_partitioner.py",
+            &args,
+            "skipping Kazoo's SetPartitioner",
+        )
+        .await?;
+        Ok(driver.map(|driver| KazooPartitioner { driver }))
     }
 
     async fn call(&mut self, command: Value) -> Result<Value> {
-        self.stdin
-            .write_all(format!("{command}\n").as_bytes())
-            .await?;
-        self.stdin.flush().await?;
-        let line = self
-            .lines
-            .next_line()
-            .await?
-            .ok_or("the Kazoo partitioner driver exited")?;
-        let value: Value = serde_json::from_str(&line)?;
-        if let Some(error) = value.get("error") {
-            return Err(format!("Kazoo partitioner driver: {error}").into());
-        }
-        Ok(value)
+        self.driver.call(command).await
     }
 
     /// Joins member `id` to the set at `path` over `range(items)`, with Kazoo's
@@ -455,14 +464,7 @@ impl KazooPartitioner {
         self.call(json!({"cmd": "stop"})).await.map(drop)
     }
 
-    pub async fn quit(mut self) {
-        let _ = self.stdin.write_all(b"{\"cmd\": \"quit\"}\n").await;
-        let _ = self.stdin.flush().await;
-        if tokio::time::timeout(Duration::from_secs(10), self.child.wait())
-            .await
-            .is_err()
-        {
-            let _ = self.child.kill().await;
-        }
+    pub async fn quit(self) {
+        self.driver.quit().await
     }
 }
