@@ -330,17 +330,6 @@ mod imp {
         }
     }
 
-    const KINDS: [&str; 8] = [
-        "lock",
-        "read",
-        "write",
-        "semaphore",
-        "election",
-        "multi",
-        "partition",
-        "partition_member",
-    ];
-
     /// The `reason` label of a loss, and its index in the label table.
     fn reason(reason: LossReason) -> (usize, &'static str) {
         match reason {
@@ -354,35 +343,24 @@ mod imp {
         }
     }
 
-    macro_rules! kind_labels {
+    /// The kind labels, from one list in `kind_index`'s order: each kind's name
+    /// (`KINDS`), its `kind` label (`KIND_LABELS`) and its `kind` label with each loss
+    /// `reason` in `reason`'s order (`REASON_LABELS`).
+    macro_rules! label_tables {
         ($($kind:literal),*) => {
-            [$([Label::from_static_parts("kind", $kind)]),*]
-        };
-    }
-
-    macro_rules! reason_labels {
-        ($($kind:literal),*) => {
-            [$([
+            const KINDS: [&str; 8] = [$($kind),*];
+            static KIND_LABELS: [[Label; 1]; 8] = [$([Label::from_static_parts("kind", $kind)]),*];
+            static REASON_LABELS: [[[Label; 2]; 5]; 8] = [$([
                 [Label::from_static_parts("kind", $kind), Label::from_static_parts("reason", "session_expired")],
                 [Label::from_static_parts("kind", $kind), Label::from_static_parts("reason", "clock_lapsed")],
                 [Label::from_static_parts("kind", $kind), Label::from_static_parts("reason", "node_deleted")],
                 [Label::from_static_parts("kind", $kind), Label::from_static_parts("reason", "session_closed")],
                 [Label::from_static_parts("kind", $kind), Label::from_static_parts("reason", "other")],
-            ]),*]
+            ]),*];
         };
     }
 
-    static KIND_LABELS: [[Label; 1]; 8] = kind_labels!(
-        "lock",
-        "read",
-        "write",
-        "semaphore",
-        "election",
-        "multi",
-        "partition",
-        "partition_member"
-    );
-    static REASON_LABELS: [[[Label; 2]; 5]; 8] = reason_labels!(
+    label_tables!(
         "lock",
         "read",
         "write",
