@@ -7,7 +7,7 @@ use zkfence::zookeeper_client as zk;
 use zkfence::{Assignment, ItemStatus, Items, PartitionStatus, Session};
 
 use crate::exit::Failure;
-use crate::status::{age_ms, session_hex};
+use crate::status::{age_ms, columns, session_hex};
 
 /// A partition set as `status` found it.
 #[derive(Debug)]
@@ -249,22 +249,7 @@ pub fn describe(path: &str, seen: &Seen) -> String {
             ]
         })
         .collect();
-    let mut widths = header.clone().map(|h| h.chars().count());
-    for row in &rows {
-        for (w, cell) in widths.iter_mut().zip(row) {
-            *w = (*w).max(cell.chars().count());
-        }
-    }
-    for row in std::iter::once(&header).chain(&rows) {
-        let cells: Vec<String> = row
-            .iter()
-            .zip(widths)
-            .map(|(cell, w)| format!("{cell:<w$}"))
-            .collect();
-        out.push_str(cells.join("  ").trim_end());
-        out.push('\n');
-    }
-    out
+    out + &columns(&header, &rows)
 }
 
 #[cfg(test)]

@@ -449,14 +449,20 @@ fn table<C: std::borrow::Borrow<Contender>>(holders: &[C], waiters: &[C], kind: 
             ]
         })
         .collect();
+    columns(&header, &rows)
+}
+
+/// `header` and `rows` as left-aligned columns two spaces apart, each as wide as its widest
+/// cell, with no trailing spaces: the tables of `status`.
+pub fn columns<const N: usize>(header: &[String; N], rows: &[[String; N]]) -> String {
     let mut widths = header.clone().map(|h| h.chars().count());
-    for row in &rows {
+    for row in rows {
         for (w, cell) in widths.iter_mut().zip(row) {
             *w = (*w).max(cell.chars().count());
         }
     }
     let mut out = String::new();
-    for row in std::iter::once(&header).chain(&rows) {
+    for row in std::iter::once(header).chain(rows) {
         let cells: Vec<String> = row
             .iter()
             .zip(widths)
